@@ -1,0 +1,66 @@
+// Package keyfunc derives lock keys from request or task data: which payment, which
+// account, which client-chosen Idempotency-Key. It imports only the standard library, so
+// any framework can feed it through a small adapter implementing Source (ginlock does it
+// for Gin requests, asynqlock for asynq tasks; MapSource serves tests).
+//
+// A key function is built once, from parts, and used for every request:
+//
+//	var payKey = keyfunc.MustTemplate("pay:{order}:{key}", map[string]keyfunc.Part{
+//		"order": keyfunc.JSON("order.id"),
+//		"key":   keyfunc.IdempotencyKey(),
+//	}).Scope(keyfunc.Meta(keyfunc.MetaRoute), keyfunc.ContextValue(userKey{}).Named("user"))
+//
+//	key, err := payKey.Key(src) // "%2Fpay:42|pay:A-17:3f9c...", or a *PartError
+//
+// # Parts
+//
+// Parts read a path parameter (Param), query parameter (Query), header (Header,
+// IdempotencyKey), body field (JSON, Form), adapter metadata (Meta), a context value
+// (ContextValue), a constant (Const), a hash of the canonical body (BodyHash) or anything
+// else (From). Parts are required unless Optional; Named sets the name errors report.
+// The body is read at most once per Key call, however many parts use it.
+//
+// # Key grammar
+//
+//	key     = [ scope "|" ] body           ; scope from Func.Scope, body from Join or Template
+//	scope   = value *( ":" value )
+//	body    = lit value *( sep value ) lit ; Join: lit = "", sep = ":"
+//	value   = escaped / hashed / missing
+//	escaped = *( safe / "%" HEX HEX )      ; safe = A-Z a-z 0-9 "-" "." "_"; HEX upper-case
+//	hashed  = "#" 22base64url              ; SHA-256 of the raw value (132 bits)
+//	missing = "~"                          ; an absent Optional part
+//
+// A value is escaped (every byte outside safe, including '%', ':', '|', '{', '}', '#', '~',
+// whitespace, control and non-ASCII bytes, becomes %XX); when the escaped form is longer
+// than the hash threshold (DefaultHashAbove, 64 bytes) the value is hashed instead. A key
+// longer than its bound (DefaultMaxKeyLen, 256 bytes) keeps its first bound-23 bytes and
+// ends with "#" and a 22-character hash of the whole key. Hashes are domain-separated, so a
+// hashed value, a hashed key tail and BodyHash never share an input.
+//
+// # Guarantees
+//
+//   - Deterministic: the same input gives the same key, across processes and versions of
+//     this major version.
+//   - Unambiguous: within one Func, different value tuples give different keys (up to
+//     SHA-256 collisions of hashed values): values never contain a separator, Template
+//     rejects placeholders not separated by such a byte, and "~" (absent) differs from
+//     every present value, "" included.
+//   - Scoped: a Func with a Scope never yields another scope's key, whatever the unscoped
+//     parts hold; the scope segment ends at the first '|'. Keys of different Funcs may meet;
+//     give each route or job its own scope (Meta(MetaRoute), a Const) when they share a
+//     lock space.
+//   - Bounded: every key is at most its bound long and holds only printable ASCII, never
+//     '{' or '}' (the lock layer wraps keys in Redis Cluster hash tags) nor whitespace.
+//   - Values over a part's hard cap fail with ErrTooLong rather than being hashed:
+//     DefaultMaxLen (1024 bytes), DefaultMaxHeaderLen (255; also IdempotencyKey) and
+//     DefaultMaxBodyLen (4096; JSON and Form fields).
+//   - JSON bodies are decoded with exact numbers and at most MaxJSONDepth (64) levels of
+//     nesting; numbers are rendered canonically (1e2 and 100 give the same key).
+//
+// # Limits
+//
+// keyfunc does not cap the body: the adapter does, and reports ErrBodyTooLarge. It does not
+// decode multipart forms (an adapter may serve them through KindForm). JSON paths cannot
+// name members containing '.'; use From for those. Keys are not secret: hashing hides long
+// values, not short ones (use HashAbove(0) to hash every value of a part).
+package keyfunc

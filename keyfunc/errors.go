@@ -1,0 +1,46 @@
+package keyfunc
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Sentinel errors. Key wraps every per-part failure in a *PartError whose Unwrap returns
+// (an error wrapping) one of these, so callers test with errors.Is and name the part with
+// errors.As. A middleware typically maps ErrBodyTooLarge to 413 and the others to 400.
+var (
+	// ErrMissing: a required part has no value in the request or task.
+	ErrMissing = errors.New("keyfunc: missing value")
+	// ErrInvalid: a value is present but unusable (a malformed Idempotency-Key, a context
+	// value of an unsupported type, a JSON number whose exponent is out of range).
+	ErrInvalid = errors.New("keyfunc: invalid value")
+	// ErrTooLong: a value is longer than its part's hard cap (see Part.MaxLen).
+	ErrTooLong = errors.New("keyfunc: value too long")
+	// ErrBodyTooLarge: returned (wrapped) by Source.Body when the body exceeds the adapter's cap.
+	ErrBodyTooLarge = errors.New("keyfunc: body too large")
+	// ErrMalformedBody: a required JSON or form part could not parse the body.
+	ErrMalformedBody = errors.New("keyfunc: malformed body")
+	// ErrTemplate: Template was given a template that cannot produce unambiguous keys.
+	ErrTemplate = errors.New("keyfunc: bad template")
+)
+
+// PartError reports which part of a key could not be derived. Part is the part's name
+// (see Part.Named); Err wraps one of the sentinel errors above, or the error of a From
+// function or of Source.Body.
+type PartError struct {
+	Part string
+	Err  error
+}
+
+// Error names the part, e.g. `keyfunc: part "order": missing value`.
+func (e *PartError) Error() string {
+	msg := "<nil>"
+	if e.Err != nil {
+		msg = strings.TrimPrefix(e.Err.Error(), "keyfunc: ")
+	}
+	return "keyfunc: part " + strconv.Quote(e.Part) + ": " + msg
+}
+
+// Unwrap returns the underlying error, so errors.Is(err, ErrMissing) works through it.
+func (e *PartError) Unwrap() error { return e.Err }

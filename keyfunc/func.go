@@ -1,0 +1,228 @@
+package keyfunc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// DefaultMaxKeyLen is the default bound on a key's length in bytes; MinKeyLen is the
+// smallest bound WithMaxKeyLen accepts.
+const (
+	DefaultMaxKeyLen = 256
+	MinKeyLen        = 32
+)
+
+// Func is a compiled key function: it derives one key per Source. Build it with Join or
+// Template and refine it with Scope and With; those return new Funcs and never change the
+// receiver, so a Func is safe for concurrent use.
+type Func struct {
+	scope []Part
+	parts []Part
+	lits  []string // lits[i] precedes parts[i]; lits[len(parts)] ends the key
+	opts  options
+}
+
+type options struct {
+	maxKeyLen  int
+	maxPartLen int // 0: the parts' own defaults; <0: no cap
+	hashAbove  int // 0: DefaultHashAbove; <0: always hash
+}
+
+// Option configures a Func; see Template and Func.With.
+type Option func(*options)
+
+// WithMaxKeyLen bounds the key to n bytes (default DefaultMaxKeyLen; values below MinKeyLen
+// are raised to it). A longer key keeps its first n-23 bytes, followed by '#' and a 22-char
+// hash of the whole key, so distinct keys stay distinct.
+func WithMaxKeyLen(n int) Option {
+	return func(o *options) { o.maxKeyLen = max(n, MinKeyLen) }
+}
+
+// WithMaxPartLen sets the hard cap in bytes for every part without a MaxLen of its own,
+// replacing the per-constructor defaults (DefaultMaxLen and friends); n <= 0 removes it.
+// Const and BodyHash are never capped.
+func WithMaxPartLen(n int) Option {
+	return func(o *options) {
+		o.maxPartLen = n
+		if n <= 0 {
+			o.maxPartLen = -1
+		}
+	}
+}
+
+// WithHashAbove sets the hash threshold for every part without a HashAbove of its own
+// (default DefaultHashAbove); n <= 0 hashes every value.
+func WithHashAbove(n int) Option {
+	return func(o *options) {
+		o.hashAbove = n
+		if n <= 0 {
+			o.hashAbove = -1
+		}
+	}
+}
+
+// Join builds a Func whose key is its parts joined by ':', e.g. Join(Meta(MetaRoute),
+// IdempotencyKey()). It panics, at build time, if parts is empty or holds a zero Part.
+func Join(parts ...Part) *Func {
+	if len(parts) == 0 {
+		panic("keyfunc: Join with no parts")
+	}
+	mustBeBuilt(parts)
+	lits := make([]string, len(parts)+1)
+	for i := 1; i < len(parts); i++ {
+		lits[i] = ":"
+	}
+	return &Func{parts: clone(parts), lits: lits, opts: newOptions(nil)}
+}
+
+// With returns a copy of f with opts applied on top of f's options.
+func (f *Func) With(opts ...Option) *Func {
+	g := *f
+	for _, o := range opts {
+		o(&g.opts)
+	}
+	return &g
+}
+
+// Scope returns a copy of f whose keys start with a scope segment: the scope parts joined by
+// ':' and ended by '|', then f's key. Values never contain ':' or '|', so the segment ends
+// at the first '|' and keys of one Func under different scope values never meet, whatever
+// the unscoped parts hold. Calling Scope again puts the new parts first in the same
+// segment. Scope parts follow the usual rules: required ones fail with ErrMissing, and an
+// Optional one renders "~" (all requests without it then share that scope).
+// It panics if parts holds a zero Part.
+func (f *Func) Scope(parts ...Part) *Func {
+	mustBeBuilt(parts)
+	g := *f
+	g.scope = append(clone(parts), f.scope...)
+	return &g
+}
+
+// UsesIdempotencyKey reports whether any part of f, scope included, is IdempotencyKey or
+// Header(IdempotencyKeyHeader). Middleware turns idempotent replay on by default when it is.
+func (f *Func) UsesIdempotencyKey() bool {
+	for _, ps := range [][]Part{f.scope, f.parts} {
+		for _, p := range ps {
+			if p.idem {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// String describes f's shape, with part names in braces, e.g. "{route}|pay:{user}:{order}".
+// It holds no request data, so it suits logs and low-cardinality span attributes.
+func (f *Func) String() string {
+	var b strings.Builder
+	for i, p := range f.scope {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		b.WriteString("{" + p.name + "}")
+	}
+	if len(f.scope) > 0 {
+		b.WriteByte('|')
+	}
+	for i, p := range f.parts {
+		b.WriteString(f.lits[i] + "{" + p.name + "}")
+	}
+	b.WriteString(f.lits[len(f.parts)])
+	return b.String()
+}
+
+// Key derives the key for src. The same input always gives the same key, at most the
+// WithMaxKeyLen bound long, never containing '{', '}', whitespace or non-ASCII bytes.
+// Errors are *PartError values wrapping ErrMissing, ErrInvalid, ErrTooLong,
+// ErrMalformedBody, the error of Source.Body (ErrBodyTooLarge) or of a From function.
+func (f *Func) Key(src Source) (string, error) {
+	if src == nil {
+		return "", errors.New("keyfunc: nil Source")
+	}
+	e := &eval{src: src}
+	buf := make([]byte, 0, 96)
+	var err error
+	for i, p := range f.scope {
+		if i > 0 {
+			buf = append(buf, ':')
+		}
+		if buf, err = f.render(buf, e, p); err != nil {
+			return "", err
+		}
+	}
+	if len(f.scope) > 0 {
+		buf = append(buf, '|')
+	}
+	for i, p := range f.parts {
+		buf = append(buf, f.lits[i]...)
+		if buf, err = f.render(buf, e, p); err != nil {
+			return "", err
+		}
+	}
+	buf = append(buf, f.lits[len(f.parts)]...)
+	if limit := f.opts.maxKeyLen; len(buf) > limit {
+		full := string(buf)
+		buf = appendHashed(buf[:limit-hashedLen], domainKey, full)
+	}
+	return string(buf), nil
+}
+
+// render appends p's value, the missing marker, or fails with a *PartError.
+func (f *Func) render(dst []byte, e *eval, p Part) ([]byte, error) {
+	v, ok, err := p.get(e)
+	switch {
+	case err != nil && p.optional && errors.Is(err, ErrMalformedBody):
+		return append(dst, missingMarker...), nil
+	case err != nil:
+		return dst, &PartError{Part: p.name, Err: err}
+	case !ok && p.optional:
+		return append(dst, missingMarker...), nil
+	case !ok:
+		return dst, &PartError{Part: p.name, Err: ErrMissing}
+	}
+	if limit := f.maxLen(p); limit > 0 && len(v) > limit {
+		return dst, &PartError{Part: p.name, Err: fmt.Errorf("%w: %d bytes, limit %d", ErrTooLong, len(v), limit)}
+	}
+	return appendValue(dst, v, f.hashAbove(p)), nil
+}
+
+func (f *Func) maxLen(p Part) int {
+	switch {
+	case p.maxLen != 0:
+		return p.maxLen
+	case p.defMax < 0:
+		return -1
+	case f.opts.maxPartLen != 0:
+		return f.opts.maxPartLen
+	}
+	return p.defMax
+}
+
+func (f *Func) hashAbove(p Part) int {
+	switch {
+	case p.hashAbove != 0:
+		return p.hashAbove
+	case f.opts.hashAbove != 0:
+		return f.opts.hashAbove
+	}
+	return DefaultHashAbove
+}
+
+func newOptions(opts []Option) options {
+	o := options{maxKeyLen: DefaultMaxKeyLen}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+func mustBeBuilt(parts []Part) {
+	for _, p := range parts {
+		if p.get == nil {
+			panic("keyfunc: zero Part; build parts with Param, JSON, Const, ...")
+		}
+	}
+}
+
+func clone(parts []Part) []Part { return append([]Part(nil), parts...) }

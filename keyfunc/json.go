@@ -1,0 +1,233 @@
+package keyfunc
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// MaxJSONDepth is the deepest nesting of objects and arrays a body may have for JSON parts;
+// deeper bodies fail with ErrMalformedBody before any decoding (BodyHash then hashes the
+// raw bytes). It keeps decoding and canonical re-encoding cheap and their recursion shallow.
+const MaxJSONDepth = 64
+
+// maxExponentDigits bounds a JSON number's exponent so canonical forms stay computable.
+const maxExponentDigits = 9
+
+// parseJSON decodes one JSON value with exact numbers (json.Number), after checking depth.
+// Duplicate object members keep the last value, as encoding/json does for handlers.
+func parseJSON(body []byte) (any, error) {
+	if err := checkDepth(body, MaxJSONDepth); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformedBody, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: data after the JSON value", ErrMalformedBody)
+	}
+	return v, nil
+}
+
+// checkDepth scans body for object/array nesting deeper than limit, skipping strings.
+// It does not validate; the decoder does that.
+func checkDepth(body []byte, limit int) error {
+	depth, inString, escaped := 0, false, false
+	for _, b := range body {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case b == '\\':
+				escaped = true
+			case b == '"':
+				inString = false
+			}
+		case b == '"':
+			inString = true
+		case b == '{' || b == '[':
+			depth++
+			if depth > limit {
+				return fmt.Errorf("%w: JSON nested deeper than %d", ErrMalformedBody, limit)
+			}
+		case b == '}' || b == ']':
+			depth--
+		}
+	}
+	return nil
+}
+
+// splitPath splits a dot path; "" is the path to the whole body.
+func splitPath(path string) []string {
+	if path == "" {
+		return nil
+	}
+	return strings.Split(path, ".")
+}
+
+// lookupPath follows segs from v. A segment indexes an array when it is a canonical
+// non-negative integer ("0", "12", not "01" or "+1"), and names an object member otherwise.
+func lookupPath(v any, segs []string) (any, bool) {
+	for _, seg := range segs {
+		switch node := v.(type) {
+		case map[string]any:
+			next, ok := node[seg]
+			if !ok {
+				return nil, false
+			}
+			v = next
+		case []any:
+			i, ok := arrayIndex(seg)
+			if !ok || i >= len(node) {
+				return nil, false
+			}
+			v = node[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+func arrayIndex(seg string) (int, bool) {
+	if seg == "" || len(seg) > 1 && seg[0] == '0' {
+		return 0, false
+	}
+	for i := 0; i < len(seg); i++ {
+		if seg[i] < '0' || seg[i] > '9' {
+			return 0, false
+		}
+	}
+	i, err := strconv.Atoi(seg)
+	return i, err == nil
+}
+
+// jsonText renders a decoded JSON value as a key value.
+func jsonText(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case json.Number:
+		return canonicalNumber(string(x))
+	case bool:
+		return strconv.FormatBool(x), nil
+	}
+	b, err := appendCanonical(nil, v)
+	return string(b), err
+}
+
+// appendCanonical appends v as compact JSON with object members sorted by key and numbers
+// in canonical form. Recursion depth is bounded by MaxJSONDepth (checked on parse).
+func appendCanonical(dst []byte, v any) ([]byte, error) {
+	switch x := v.(type) {
+	case nil:
+		return append(dst, "null"...), nil
+	case bool:
+		return strconv.AppendBool(dst, x), nil
+	case string:
+		return appendJSONString(dst, x), nil
+	case json.Number:
+		n, err := canonicalNumber(string(x))
+		return append(dst, n...), err
+	case []any:
+		dst = append(dst, '[')
+		for i, el := range x {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			var err error
+			if dst, err = appendCanonical(dst, el); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, ']'), nil
+	case map[string]any:
+		dst = append(dst, '{')
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(appendJSONString(dst, k), ':')
+			var err error
+			if dst, err = appendCanonical(dst, x[k]); err != nil {
+				return dst, err
+			}
+		}
+		return append(dst, '}'), nil
+	}
+	return dst, fmt.Errorf("%w: unexpected JSON value %T", ErrInvalid, v)
+}
+
+func appendJSONString(dst []byte, s string) []byte {
+	b, _ := json.Marshal(s) // a string always marshals
+	return append(dst, b...)
+}
+
+// canonicalNumber rewrites a JSON number literal so that equal values give equal text:
+// the value sign·D·10^E (D without leading or trailing zeros) is written as a plain
+// integer ("100") or decimal ("0.005") when that takes at most 64 digits, and as D"e"E
+// ("15e-100") otherwise; zero is "0". The three shapes are told apart by '.' and 'e', so
+// different values never share a text.
+func canonicalNumber(lit string) (string, error) {
+	s, neg := strings.CutPrefix(lit, "-")
+	mant, expPart, hasExp := strings.Cut(strings.ToLower(s), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	exp := 0
+	if hasExp {
+		expNeg := strings.HasPrefix(expPart, "-")
+		digits := strings.TrimLeft(strings.TrimLeft(expPart, "+-"), "0")
+		if len(digits) > maxExponentDigits {
+			return "", fmt.Errorf("%w: number %.40q has an exponent out of range", ErrInvalid, lit)
+		}
+		if digits != "" {
+			n, err := strconv.Atoi(digits)
+			if err != nil {
+				return "", fmt.Errorf("%w: number %.40q", ErrInvalid, lit)
+			}
+			exp = n
+		}
+		if expNeg {
+			exp = -exp
+		}
+	}
+	d := strings.TrimLeft(intPart+frac, "0")
+	exp -= len(frac)
+	if d == "" {
+		return "0", nil
+	}
+	trimmed := strings.TrimRight(d, "0")
+	exp += len(d) - len(trimmed)
+	d = trimmed
+
+	var out string
+	const plainDigits = 64
+	switch {
+	case exp >= 0 && len(d)+exp <= plainDigits:
+		out = d + strings.Repeat("0", exp)
+	case exp < 0 && -exp <= plainDigits:
+		if point := len(d) + exp; point > 0 {
+			out = d[:point] + "." + d[point:]
+		} else {
+			out = "0." + strings.Repeat("0", -point) + d
+		}
+	default:
+		out = d + "e" + strconv.Itoa(exp)
+	}
+	if neg {
+		out = "-" + out
+	}
+	return out, nil
+}

@@ -1,0 +1,248 @@
+package keyfunc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+)
+
+// Default hard caps on a raw value's length in bytes; a longer value fails with ErrTooLong.
+// Part.MaxLen and WithMaxPartLen change them.
+const (
+	DefaultMaxLen       = 1024 // params, query values, metadata, context values, From, Const
+	DefaultMaxHeaderLen = 255  // headers and IdempotencyKey (Stripe's limit for keys)
+	DefaultMaxBodyLen   = 4096 // JSON and form fields
+)
+
+// DefaultHashAbove is the escaped length in bytes above which a value is replaced by a
+// 23-byte hash marker; see Part.HashAbove and WithHashAbove.
+const DefaultHashAbove = 64
+
+// IdempotencyKeyHeader is the header IdempotencyKey reads.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// Part is one piece of a key. Parts are values: the modifier methods return a changed copy,
+// so one Part may be shared by several key functions. Parts are required unless Optional.
+// The zero Part is not usable; build parts with the constructors.
+type Part struct {
+	name      string
+	named     bool
+	get       getter
+	optional  bool
+	maxLen    int // 0: the Func's WithMaxPartLen or defMax; <0: no cap
+	defMax    int // the constructor's default cap; <0: no cap
+	hashAbove int // 0: the Func's WithHashAbove; <0: always hash
+	idem      bool
+}
+
+// getter returns a part's raw value and whether it is present.
+type getter func(*eval) (string, bool, error)
+
+func newPart(name string, defMax int, get getter) Part {
+	return Part{name: name, defMax: defMax, get: get}
+}
+
+// Optional returns p made optional: when its value is absent the key holds the marker "~",
+// which no present value (not even "") renders as. Malformed bodies count as absent for
+// optional JSON and Form parts; other errors (ErrTooLong, ErrInvalid, body too large) stay.
+func (p Part) Optional() Part { p.optional = true; return p }
+
+// Named returns p with the name used in errors and in Func.String. An empty name is ignored.
+// Inside Template a part not Named takes its placeholder's name.
+func (p Part) Named(name string) Part {
+	if name != "" {
+		p.name, p.named = name, true
+	}
+	return p
+}
+
+// MaxLen returns p with a hard cap of n bytes on its raw value; a longer value fails with
+// ErrTooLong. n <= 0 removes the cap (the rendered value stays bounded by hashing).
+func (p Part) MaxLen(n int) Part {
+	p.maxLen = n
+	if n <= 0 {
+		p.maxLen = -1
+	}
+	return p
+}
+
+// HashAbove returns p with its values hashed when their escaped form is longer than n bytes
+// (default DefaultHashAbove). n <= 0 hashes every value, to keep raw user data out of keys.
+func (p Part) HashAbove(n int) Part {
+	p.hashAbove = n
+	if n <= 0 {
+		p.hashAbove = -1
+	}
+	return p
+}
+
+func (p Part) String() string { return p.name }
+
+// Param is the path parameter name (KindParam). Cap: DefaultMaxLen.
+func Param(name string) Part { return valuePart(KindParam, name, DefaultMaxLen) }
+
+// Query is the first value of query parameter name (KindQuery). Cap: DefaultMaxLen.
+func Query(name string) Part { return valuePart(KindQuery, name, DefaultMaxLen) }
+
+// Header is the first value of header name (KindHeader), as sent. Cap: DefaultMaxHeaderLen.
+// Header(IdempotencyKeyHeader) counts for UsesIdempotencyKey but, unlike IdempotencyKey,
+// takes the value as sent, without sf-string decoding or validation.
+func Header(name string) Part {
+	p := valuePart(KindHeader, name, DefaultMaxHeaderLen)
+	p.idem = strings.EqualFold(name, IdempotencyKeyHeader)
+	return p
+}
+
+// Meta is adapter metadata such as MetaRoute or MetaTaskType (KindMeta). Cap: DefaultMaxLen.
+func Meta(name string) Part { return valuePart(KindMeta, name, DefaultMaxLen) }
+
+func valuePart(kind Kind, name string, defMax int) Part {
+	return newPart(name, defMax, func(e *eval) (string, bool, error) {
+		v, ok := e.src.Value(kind, name)
+		return v, ok, nil
+	})
+}
+
+// IdempotencyKey is the Idempotency-Key header, accepted as an RFC 8941 sf-string ("abc")
+// or bare (abc). The key must be 1..255 printable ASCII characters (cap: DefaultMaxHeaderLen,
+// see MaxLen); otherwise ErrInvalid or ErrTooLong. Keys using it report UsesIdempotencyKey.
+func IdempotencyKey() Part {
+	p := newPart(IdempotencyKeyHeader, DefaultMaxHeaderLen, func(e *eval) (string, bool, error) {
+		v, ok := e.src.Value(KindHeader, IdempotencyKeyHeader)
+		if !ok {
+			return "", false, nil
+		}
+		k, err := parseIdempotencyKey(v)
+		return k, true, err
+	})
+	p.idem = true
+	return p
+}
+
+// JSON is the body field at a dot path: "order.id", "items.0.sku" (a numeric segment
+// indexes an array, and names an object member otherwise). Strings are used as is, numbers
+// in a canonical decimal form (1e2, 100 and 100.0 all give "100", exactly, at any size),
+// booleans as "true"/"false"; null counts as absent; objects and arrays are used in their
+// canonical JSON form (sorted keys, compact). The body is parsed once per Key call.
+// Errors: ErrMalformedBody (invalid JSON, nesting deeper than MaxJSONDepth), ErrInvalid
+// (a number's exponent is out of range). Cap: DefaultMaxBodyLen.
+func JSON(path string) Part {
+	segs := splitPath(path)
+	return newPart(path, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
+		root, err := e.parsedJSON()
+		if err != nil {
+			return "", false, err
+		}
+		v, ok := lookupPath(root, segs)
+		if !ok || v == nil {
+			return "", false, nil
+		}
+		s, err := jsonText(v)
+		return s, true, err
+	})
+}
+
+// Form is a form field: the adapter's own value (KindForm) when it serves one, otherwise
+// the field parsed from the body as application/x-www-form-urlencoded (first value).
+// Errors: ErrMalformedBody when the body does not parse. Cap: DefaultMaxBodyLen.
+func Form(name string) Part {
+	return newPart(name, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
+		if v, ok := e.src.Value(KindForm, name); ok {
+			return v, true, nil
+		}
+		form, err := e.parsedForm()
+		if err != nil {
+			return "", false, err
+		}
+		vs, ok := form[name]
+		if !ok || len(vs) == 0 {
+			return "", false, nil
+		}
+		return vs[0], true, nil
+	})
+}
+
+// ContextValue is the value stored in the Source's context under key, typically the user or
+// tenant id put there by auth middleware. Accepted: string, fmt.Stringer and integer types
+// (and types based on them); anything else is ErrInvalid; nil is absent. Cap: DefaultMaxLen.
+// Panics if key is nil. Name it with Named("user") for readable errors.
+func ContextValue(key any) Part {
+	if key == nil {
+		panic("keyfunc: ContextValue with nil key")
+	}
+	name := fmt.Sprintf("context %T", key)
+	switch k := key.(type) {
+	case string:
+		name = k
+	case fmt.Stringer:
+		name = k.String()
+	}
+	return newPart(name, DefaultMaxLen, func(e *eval) (string, bool, error) {
+		ctx := e.src.Context()
+		if ctx == nil {
+			return "", false, nil
+		}
+		return contextText(ctx, key)
+	})
+}
+
+func contextText(ctx context.Context, key any) (string, bool, error) {
+	v := ctx.Value(key)
+	if v == nil {
+		return "", false, nil
+	}
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.Pointer && rv.IsNil() {
+		return "", false, nil
+	}
+	switch x := v.(type) {
+	case string:
+		return x, true, nil
+	case fmt.Stringer:
+		return x.String(), true, nil
+	}
+	switch rv.Kind() {
+	case reflect.String:
+		return rv.String(), true, nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(rv.Int(), 10), true, nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return strconv.FormatUint(rv.Uint(), 10), true, nil
+	}
+	return "", true, fmt.Errorf("%w: context value of type %T", ErrInvalid, v)
+}
+
+// From is a part computed by fn, for data no other constructor reaches. fn reports an
+// absent value by returning an error wrapping ErrMissing; any other error fails the key.
+// Cap: DefaultMaxLen. Panics if fn is nil.
+func From(name string, fn func(Source) (string, error)) Part {
+	if fn == nil {
+		panic("keyfunc: From with nil function")
+	}
+	return newPart(name, DefaultMaxLen, func(e *eval) (string, bool, error) {
+		v, err := fn(e.src)
+		if errors.Is(err, ErrMissing) {
+			return "", false, nil
+		}
+		return v, err == nil, err
+	})
+}
+
+// Const is a fixed value, escaped like any other (use Template for literal text such as
+// a "pay:" prefix). It has no length cap but is hashed when long.
+func Const(s string) Part {
+	return newPart("const", -1, func(*eval) (string, bool, error) { return s, true, nil })
+}
+
+// BodyHash is a SHA-256 of the canonical body: JSON re-encoded with sorted keys and
+// canonical numbers when the body is valid JSON (within MaxJSONDepth), the raw bytes
+// otherwise; 43 base64url characters. Use it to catch the same payload submitted twice
+// without a client key. Errors only when the body cannot be read.
+func BodyHash() Part {
+	return newPart("body", -1, func(e *eval) (string, bool, error) {
+		return e.bodyHash()
+	})
+}

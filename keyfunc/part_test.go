@@ -1,0 +1,187 @@
+package keyfunc
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+)
+
+type userKey struct{}
+
+type userID int64
+
+type stringerID struct{ id string }
+
+func (s stringerID) String() string { return "u-" + s.id }
+
+// countingSource counts Body calls.
+type countingSource struct {
+	MapSource
+	bodyCalls int
+}
+
+func (s *countingSource) Body() ([]byte, error) {
+	s.bodyCalls++
+	return s.MapSource.Body()
+}
+
+func ctxWith(v any) context.Context { return context.WithValue(context.Background(), userKey{}, v) }
+
+func TestParts(t *testing.T) {
+	src := &MapSource{
+		Ctx:     ctxWith("alice"),
+		Params:  map[string]string{"id": "42", "empty": ""},
+		Query:   map[string]string{"page": "7"},
+		Header:  map[string]string{"X-Tenant": "acme", "Idempotency-Key": `"k-1"`},
+		Form:    map[string]string{"served": "by-adapter"},
+		Meta:    map[string]string{MetaRoute: "/orders/:id", MetaTaskType: "pay:charge"},
+		Payload: []byte(`{"order":{"id":"A-17","n":1E2,"big":123456789012345678901234567890},"items":[{"sku":"s1"}],"ok":true,"nil":null}`),
+	}
+	tests := []struct {
+		name string
+		part Part
+		want string
+	}{
+		{"param", Param("id"), "42"},
+		{"param present empty", Param("empty"), ""},
+		{"query", Query("page"), "7"},
+		{"header case-insensitive", Header("x-tenant"), "acme"},
+		{"idempotency sf-string", IdempotencyKey(), "k-1"},
+		{"meta", Meta(MetaRoute), "%2Forders%2F%3Aid"},
+		{"meta task", Meta(MetaTaskType), "pay%3Acharge"},
+		{"form from adapter", Form("served"), "by-adapter"},
+		{"json string", JSON("order.id"), "A-17"},
+		{"json number canonical", JSON("order.n"), "100"},
+		{"json big number exact", JSON("order.big"), "123456789012345678901234567890"},
+		{"json array index", JSON("items.0.sku"), "s1"},
+		{"json bool", JSON("ok"), "true"},
+		{"json object canonical", JSON("items.0"), "%7B%22sku%22%3A%22s1%22%7D"},
+		{"context string", ContextValue(userKey{}), "alice"},
+		{"const", Const("v1"), "v1"},
+		{"from", From("f", func(s Source) (string, error) { v, _ := s.Value(KindQuery, "page"); return "p" + v, nil }), "p7"},
+		{"optional present", Query("page").Optional(), "7"},
+		{"optional missing", Query("nope").Optional(), "~"},
+		{"optional json null", JSON("nil").Optional(), "~"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Join(tt.part).Key(src)
+			if err != nil {
+				t.Fatalf("Key: %v", err)
+			}
+			if got != tt.want {
+				t.Errorf("Key = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFormFromBody(t *testing.T) {
+	src := &MapSource{Payload: []byte("amount=10&note=a+b%3Ac&amount=11")}
+	got, err := Join(Form("amount"), Form("note"), Form("absent").Optional()).Key(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "10:a%20b%3Ac:~"; got != want {
+		t.Errorf("Key = %q, want %q", got, want)
+	}
+	_, err = Join(Form("amount")).Key(&MapSource{Payload: []byte("a=%zz")})
+	if !errors.Is(err, ErrMalformedBody) {
+		t.Errorf("malformed form: err = %v, want ErrMalformedBody", err)
+	}
+}
+
+func TestContextValueTypes(t *testing.T) {
+	var nilStringer *stringerPtr
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		want    string
+		wantErr error
+	}{
+		{"string", ctxWith("bob"), "bob", nil},
+		{"int64 based", ctxWith(userID(-7)), "-7", nil},
+		{"uint", ctxWith(uint8(200)), "200", nil},
+		{"stringer", ctxWith(stringerID{"9"}), "u-9", nil},
+		{"nil pointer", ctxWith(nilStringer), "", ErrMissing},
+		{"absent", context.Background(), "", ErrMissing},
+		{"nil context", nil, "", ErrMissing},
+		{"unsupported", ctxWith(3.5), "", ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Join(ContextValue(userKey{}).Named("user")).Key(&MapSource{Ctx: tt.ctx})
+			if !errors.Is(err, tt.wantErr) || err == nil && tt.wantErr != nil {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("Key = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+type stringerPtr struct{}
+
+func (*stringerPtr) String() string { return "never" }
+
+func TestMissingNamesPart(t *testing.T) {
+	tests := []struct {
+		part Part
+		name string
+	}{
+		{Param("id"), "id"},
+		{Query("q"), "q"},
+		{Header("X-A"), "X-A"},
+		{IdempotencyKey(), "Idempotency-Key"},
+		{JSON("order.id"), "order.id"},
+		{Form("f"), "f"},
+		{Meta(MetaRoute), "route"},
+		{ContextValue("uid"), "uid"},
+		{From("custom", func(Source) (string, error) { return "", ErrMissing }), "custom"},
+		{Param("id").Named("order"), "order"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Join(Const("x"), tt.part).Key(&MapSource{Ctx: context.Background()})
+			var pe *PartError
+			if !errors.As(err, &pe) || !errors.Is(err, ErrMissing) {
+				t.Fatalf("err = %v, want *PartError wrapping ErrMissing", err)
+			}
+			if pe.Part != tt.name {
+				t.Errorf("Part = %q, want %q", pe.Part, tt.name)
+			}
+			if want := `keyfunc: part "` + tt.name + `": missing value`; err.Error() != want {
+				t.Errorf("Error() = %q, want %q", err.Error(), want)
+			}
+		})
+	}
+}
+
+func TestFromError(t *testing.T) {
+	boom := errors.New("boom")
+	_, err := Join(From("f", func(Source) (string, error) { return "", boom })).Key(&MapSource{})
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), `part "f": boom`) {
+		t.Errorf("err = %v, want wrapped boom naming f", err)
+	}
+}
+
+func TestBuildPanics(t *testing.T) {
+	for name, fn := range map[string]func(){
+		"Join()":            func() { Join() },
+		"zero Part":         func() { Join(Part{}) },
+		"zero scope Part":   func() { Join(Const("a")).Scope(Part{}) },
+		"nil ContextValue":  func() { ContextValue(nil) },
+		"nil From function": func() { From("x", nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic")
+				}
+			}()
+			fn()
+		})
+	}
+}
