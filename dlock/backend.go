@@ -1,0 +1,81 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// backend is the store behind a Client. Everything that knows Redis (key layout, scripts,
+// channels, hash tags) is in the Redis implementation; the acquisition, waiting, watchdog and
+// context logic in this package only speaks through this interface, so another store (a SQL
+// lock table, a consensus store) can be put behind the same Client.
+//
+// Every operation must be safe to apply twice, because clients retry after network errors.
+type backend interface {
+	// acquire takes the lock for r.owner, or (r.wait) puts the owner in line, refreshing its
+	// place on every call.
+	acquire(ctx context.Context, r acquireRequest) (acquireResult, error)
+	// reenter adds the hold entry for an owner that has the lock; holds < 0: not the owner.
+	reenter(ctx context.Context, key, owner, entry string) (holds int, err error)
+	// release drops the hold entry (storing a completion record first when asked); at the last
+	// hold the lock is freed and handed to the next waiter. owned false: not the owner.
+	release(ctx context.Context, r releaseRequest) (holdsLeft int, owned bool, err error)
+	// leave takes a waiter out of line; a lock handed to it meanwhile is passed on.
+	leave(ctx context.Context, r acquireRequest) error
+	// renew extends each lease still owned by its owner; ok[i] reports which.
+	renew(ctx context.Context, rs []renewal) (ok []bool, err error)
+	// record returns the completion record of key.
+	record(ctx context.Context, key string) ([]byte, bool, error)
+	// listen delivers hand-off notices for one waiting owner.
+	listen(ctx context.Context, key, owner string) (listener, error)
+	// handOffLease is how long a lock handed to a waiter stays valid before the waiter
+	// confirms it with a renewal.
+	handOffLease(ttl time.Duration) time.Duration
+	// close stops background work and waits for it.
+	close() error
+}
+
+type acquireRequest struct {
+	key, owner    string
+	ttl           time.Duration
+	wait          bool
+	skipCompleted bool
+}
+
+type acquireStatus int
+
+const (
+	statusBusy acquireStatus = iota
+	statusObtained
+	statusCompleted
+)
+
+type acquireResult struct {
+	status acquireStatus
+	token  int64
+	pttl   time.Duration // busy: time left on the holder's lease, < 0 when unknown
+	record []byte
+}
+
+type releaseRequest struct {
+	key, owner, entry string
+	storeRecord       bool
+	record            []byte
+	retention         time.Duration
+}
+
+type renewal struct {
+	key, owner string
+	ttl        time.Duration
+}
+
+// notice is what a listener receives: token > 0 means the lock was handed to the waiter with
+// that token; 0 means "look again".
+type notice struct{ token int64 }
+
+type listener interface {
+	C() <-chan notice
+	// Ready is closed once notices published from now on will be delivered.
+	Ready() <-chan struct{}
+	Close()
+}

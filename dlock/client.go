@@ -1,0 +1,157 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+// Client acquires locks. It owns two kinds of background work, started on demand: one
+// watchdog loop that renews all its held locks in batches, and one shared pub/sub connection
+// for waiters. Close stops both. A Client is safe for concurrent use; make one per Redis
+// deployment and share it.
+type Client struct {
+	be     backend
+	cfg    config
+	wd     *watchdog
+	tel    *telemetry
+	log    *slog.Logger
+	closed atomic.Bool
+}
+
+// New returns a Client that keeps its locks in rdb: a *redis.Client, a *redis.ClusterClient
+// (keys of one lock share a hash tag; waiters use sharded pub/sub) or a failover client. It does
+// not take ownership of rdb. See docs/dlock.md for the rdb settings that matter
+// (ContextTimeoutEnabled, ReadTimeout, ClusterStateReloadInterval).
+func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	cfg := config{lease: DefaultLease, retry: DefaultRetryInterval, prefix: DefaultPrefix}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	c := &Client{cfg: cfg, log: cfg.logger}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	c.be = newRedisBackend(rdb, &cfg)
+	c.tel = newTelemetry(&cfg)
+	c.wd = newWatchdog(c)
+	return c
+}
+
+// Close stops the watchdog and the pub/sub connection and waits for them. Locks still held are
+// no longer renewed: their Done closes with ErrLockLost and they expire in Redis at the end of
+// their lease. Release locks before closing. Close does not close the Redis client.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.wd.close()
+	return c.be.close()
+}
+
+// Acquire blocks until it holds the lock for key, or ctx ends. Waiters are served in arrival
+// order and woken by a message when the lock is released to them. If ctx carries a live lock
+// of key from this Client (see WithLock), Acquire re-enters it instead.
+//
+// Errors: ErrInvalidKey; an error matching both ErrNotObtained and ctx.Err() when ctx ended
+// first; ErrUnavailable wrapping Redis errors; *CompletedError with SkipCompleted; ErrClosed.
+func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, key, true, opts)
+}
+
+// TryAcquire takes the lock for key if it is free and nobody is queued for it, and never waits.
+// A busy lock gives ErrNotObtained; other errors are those of Acquire. Re-entry works as with
+// Acquire.
+func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, key, false, opts)
+}
+
+// Do runs fn while holding the lock for key: it acquires (waiting as Acquire does), calls fn
+// with a context that carries the lock and is cancelled if the lock is lost, and releases,
+// also when fn panics (the panic is then re-raised). It returns fn's error, else the error of
+// the release (matching ErrLockLost if the lock was lost while fn ran).
+func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
+	lk, err := c.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		p := recover()
+		rctx, cancel := releaseContext(ctx)
+		rerr := lk.Release(rctx)
+		cancel()
+		if p != nil {
+			panic(p)
+		}
+		if err == nil {
+			err = rerr
+		}
+	}()
+	return fn(WithLock(ctx, lk))
+}
+
+// Completed returns the record stored by Complete for key, if it is still retained.
+func (c *Client) Completed(ctx context.Context, key string) (record []byte, ok bool, err error) {
+	if err := validKey(key); err != nil {
+		return nil, false, err
+	}
+	return c.be.record(ctx, key)
+}
+
+// releaseContext bounds a release that must happen even though ctx may be cancelled.
+func releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}
+
+func validKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes is longer than %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []AcquireOption) (*Lock, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := validKey(key); err != nil {
+		return nil, err
+	}
+	if outer := heldIn(ctx, c, key); outer != nil {
+		return outer.reenter(ctx)
+	}
+	var ac acquireConfig
+	for _, o := range opts {
+		o.applyAcquire(&ac)
+	}
+	owner, err := uuid.NewRandom()
+	if err != nil {
+		return nil, fmt.Errorf("dlock: owner id: %w", err)
+	}
+	r := acquireRequest{key: key, owner: owner.String(), ttl: ac.ttl, wait: wait, skipCompleted: ac.skipCompleted}
+	if r.ttl == 0 {
+		r.ttl = c.cfg.lease
+	}
+	ctx, span := c.tel.startAcquire(ctx, key, wait)
+	g, err := c.obtain(ctx, r)
+	c.tel.endAcquire(ctx, span, g, err)
+	if err != nil {
+		return nil, err
+	}
+	l := newLease(c, key, r.owner, g.token, r.ttl, ac.ttl == 0)
+	l.confirm = g.handedOff
+	l.start(g.sent, g.valid)
+	c.tel.started(l)
+	if l.auto || l.confirm {
+		c.wd.add(l)
+	}
+	return &Lock{l: l, entry: "1"}, nil
+}

@@ -1,0 +1,76 @@
+package dlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotObtained is returned when the lock is held by someone else: at once by TryAcquire,
+	// and by Acquire when its context ends first (then the error also matches the context's
+	// error with errors.Is).
+	ErrNotObtained = errors.New("dlock: not obtained")
+
+	// ErrNotHeld is returned by Release, Complete and Refresh on a hold that was already
+	// released, and by calls on a lock that someone else owns now.
+	ErrNotHeld = errors.New("dlock: not held")
+
+	// ErrLockLost is the cause of a lock's context when its lease was lost: it expired, was
+	// deleted, taken over, or could not be renewed before the lease ran out on the holder's
+	// clock. Errors that match ErrLockLost also match ErrNotHeld.
+	ErrLockLost = errors.New("dlock: lock lost")
+
+	// ErrInvalidKey is returned for an empty key or one longer than MaxKeyLen bytes.
+	ErrInvalidKey = errors.New("dlock: invalid key")
+
+	// ErrUnavailable wraps every error of the backing store (connection refused, timeouts,
+	// script errors), so callers can tell "the store is down" from "the lock is busy".
+	ErrUnavailable = errors.New("dlock: store unavailable")
+
+	// ErrCompleted is matched by a *CompletedError: the work under this key was recorded as
+	// done by Complete, and the acquisition asked to skip completed work (SkipCompleted).
+	ErrCompleted = errors.New("dlock: already completed")
+
+	// ErrClosed is returned by calls on a Client after Close.
+	ErrClosed = errors.New("dlock: client closed")
+)
+
+// MaxKeyLen is the longest key, in bytes, that Acquire accepts. Longer keys are rejected with
+// ErrInvalidKey rather than truncated, so two keys can never silently map to one lock; derive
+// bounded keys (package keyfunc does) or hash long ones before locking.
+const MaxKeyLen = 512
+
+// CompletedError reports that Complete stored a record for the key. It matches ErrCompleted.
+type CompletedError struct {
+	Key    string // the lock key
+	Record []byte // the record given to Complete
+}
+
+// Error implements error.
+func (e *CompletedError) Error() string {
+	return fmt.Sprintf("dlock: %q already completed", e.Key)
+}
+
+// Is reports whether target is ErrCompleted.
+func (e *CompletedError) Is(target error) bool { return target == ErrCompleted }
+
+// lostError is the ErrLockLost value with the reason attached.
+type lostError struct{ reason string }
+
+func (e *lostError) Error() string { return "dlock: lock lost: " + e.reason }
+
+func (e *lostError) Is(target error) bool { return target == ErrLockLost || target == ErrNotHeld }
+
+func lost(reason string) error { return &lostError{reason: reason} }
+
+// waitError is returned when a wait ended with its context: it matches ErrNotObtained and the
+// context's error.
+type waitError struct{ ctxErr error }
+
+func (e *waitError) Error() string { return "dlock: not obtained: " + e.ctxErr.Error() }
+
+func (e *waitError) Unwrap() []error { return []error{ErrNotObtained, e.ctxErr} }
+
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+}

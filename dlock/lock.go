@@ -1,0 +1,290 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// lease is the state shared by all holds of one owner on one key: the outermost acquisition
+// and its re-entries.
+type lease struct {
+	c     *Client
+	key   string
+	owner string
+	token int64
+	ttl   time.Duration
+	auto  bool // renewed by the watchdog
+
+	ctx    context.Context // ends when the lease ends: released (ErrNotHeld) or lost (ErrLockLost)
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	holds     int
+	entries   int64
+	ended     bool
+	deadline  time.Time   // end of the lease on our clock, drift margin subtracted
+	expiry    *time.Timer // fires at deadline: the lease is lost unless renewed first
+	renewAt   time.Time   // next watchdog renewal
+	confirm   bool        // handed off: renew to the full ttl at once
+	watchedBy *watchdog
+}
+
+// Lock is one hold of a distributed lock. The first Acquire of a key makes the outermost hold;
+// an Acquire of the same key with a context carrying the lock (WithLock) makes a re-entrant hold
+// of the same lease: same Token, HoldCount one higher, and the key stays locked until every
+// hold is released. A Lock is safe for concurrent use.
+type Lock struct {
+	l        *lease
+	entry    string
+	mu       sync.Mutex
+	released bool
+}
+
+// drift is the margin taken off a lease on the holder's clock, so that the holder gives the
+// lock up before Redis can give it to someone else: 1% of the lease plus 2 ms.
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+func newLease(c *Client, key, owner string, token int64, ttl time.Duration, auto bool) *lease {
+	l := &lease{c: c, key: key, owner: owner, token: token, ttl: ttl, auto: auto, holds: 1, entries: 1}
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	return l
+}
+
+// start arms the local expiry: the lease was valid for valid from the moment base, when the
+// request that obtained it was sent.
+func (l *lease) start(base time.Time, valid time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deadline = base.Add(valid - drift(valid))
+	l.expiry = time.AfterFunc(time.Until(l.deadline), func() {
+		l.end(lost("lease expired before it was renewed"))
+	})
+}
+
+// extended records a successful renewal sent at sent for ttl.
+func (l *lease) extended(sent time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	l.deadline = sent.Add(ttl - drift(ttl))
+	l.expiry.Reset(time.Until(l.deadline))
+}
+
+// end finishes the lease once with cause: ErrNotHeld after the last release, a lost error
+// otherwise. It reports whether this call ended it.
+func (l *lease) end(cause error) bool {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return false
+	}
+	l.ended = true
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
+	wd := l.watchedBy
+	l.mu.Unlock()
+	if wd != nil {
+		wd.remove(l)
+	}
+	l.cancel(cause)
+	l.c.tel.ended(l, cause)
+	if errors.Is(cause, ErrLockLost) {
+		l.c.log.Warn("dlock: lock lost", "key_hash", hashKey(l.key), "token", l.token, "cause", cause)
+	}
+	return true
+}
+
+// err is nil while the lease is live, else its cause.
+func (l *lease) err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// Key returns the key the lock was acquired for.
+func (lk *Lock) Key() string { return lk.l.key }
+
+// Token returns the fencing token of the lease: strictly greater than the token of every earlier
+// acquisition of this key (re-entrant holds share the token of the outermost). Pass it to the
+// resource you write to and have it reject writes with a lower token than it has seen: that
+// makes a holder whose lease ran out while it was paused harmless.
+func (lk *Lock) Token() int64 { return lk.l.token }
+
+// HoldCount returns how many holds of this lease are not yet released: 1 for a plain lock,
+// more while re-entrant holds are open. It is 0 once the lease ended.
+func (lk *Lock) HoldCount() int {
+	lk.l.mu.Lock()
+	defer lk.l.mu.Unlock()
+	if lk.l.ended {
+		return 0
+	}
+	return lk.l.holds
+}
+
+// Done returns a channel that is closed when the lease ends: after the last hold is released,
+// or when the lock is lost. Err tells which.
+func (lk *Lock) Done() <-chan struct{} { return lk.l.ctx.Done() }
+
+// Err returns nil while this hold is held. After the lease was lost it returns an error matching
+// ErrLockLost; after this hold (or the whole lease) was released, an error matching ErrNotHeld.
+func (lk *Lock) Err() error {
+	if err := lk.l.err(); err != nil {
+		return err
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.released {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// Release releases this hold. The key is freed (and handed to the next waiter, if any) when
+// the last hold of the lease is released. It returns ErrNotHeld for a hold already released,
+// an error matching ErrLockLost (and ErrNotHeld) when the lease was lost before, and an error
+// matching ErrUnavailable when Redis could not be reached; in that last case the lock is no
+// longer renewed and expires at the end of its lease.
+func (lk *Lock) Release(ctx context.Context) error {
+	return lk.release(ctx, releaseRequest{})
+}
+
+// Complete stores record for the key, kept for retention, and releases this hold in the same
+// atomic step, so no acquisition can come between the two. Later acquisitions with
+// SkipCompleted get a *CompletedError carrying the record instead of the lock. Errors are those
+// of Release; retention must be positive.
+func (lk *Lock) Complete(ctx context.Context, record []byte, retention time.Duration) error {
+	if retention <= 0 {
+		return fmt.Errorf("dlock: complete %q: retention must be positive, got %v", lk.l.key, retention)
+	}
+	return lk.release(ctx, releaseRequest{storeRecord: true, record: record, retention: retention})
+}
+
+func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
+	l := lk.l
+	lk.mu.Lock()
+	if lk.released {
+		lk.mu.Unlock()
+		return ErrNotHeld
+	}
+	lk.released = true
+	lk.mu.Unlock()
+
+	l.mu.Lock()
+	l.holds--
+	last := l.holds == 0
+	wd := l.watchedBy
+	l.mu.Unlock()
+	if err := l.err(); err != nil {
+		return err
+	}
+	if last && wd != nil {
+		wd.remove(l) // no renewal may follow the release
+	}
+
+	r.key, r.owner, r.entry = l.key, l.owner, lk.entry
+	left, owned, err := l.c.be.release(ctx, r)
+	switch {
+	case err != nil:
+		if last {
+			// Stop renewing: the lock expires at the end of its lease at the latest.
+			l.end(ErrNotHeld)
+		}
+		return err
+	case !owned:
+		err := lost("released by its owner but held by no one or another owner")
+		l.end(err)
+		return err
+	case left == 0:
+		l.end(ErrNotHeld)
+	}
+	return nil
+}
+
+// Refresh sets the remaining lease to ttl, for locks acquired WithTTL that need more time.
+// A watchdog-renewed lock keeps being renewed with the Client lease afterwards. It returns
+// ErrNotHeld for a released hold, an error matching ErrLockLost when the lock was lost (also
+// when someone else owns it now: their lock is not touched), ErrUnavailable wrapping Redis
+// errors, and an error for a ttl below 1 ms.
+func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return fmt.Errorf("dlock: refresh %q: ttl must be at least 1ms, got %v", lk.l.key, ttl)
+	}
+	if err := lk.Err(); err != nil {
+		return err
+	}
+	l := lk.l
+	sent := time.Now()
+	ok, err := l.c.be.renew(ctx, []renewal{{key: l.key, owner: l.owner, ttl: ttl}})
+	if err != nil {
+		return err
+	}
+	if !ok[0] {
+		err := lost("refresh found the lock gone or owned by another owner")
+		l.end(err)
+		return err
+	}
+	l.extended(sent, ttl)
+	return nil
+}
+
+// reenter adds a hold to the lease for a nested Acquire.
+func (lk *Lock) reenter(ctx context.Context) (*Lock, error) {
+	l := lk.l
+	if err := l.err(); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.entries++
+	entry := strconv.FormatInt(l.entries, 10)
+	l.mu.Unlock()
+	n, err := l.c.be.reenter(ctx, l.key, l.owner, entry)
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 {
+		err := lost("re-entry found the lock gone or owned by another owner")
+		l.end(err)
+		return nil, err
+	}
+	l.mu.Lock()
+	l.holds++
+	l.mu.Unlock()
+	return &Lock{l: l, entry: entry}, nil
+}
+
+type ctxKey struct{}
+
+// held is the list of locks a context carries.
+type held struct {
+	lk   *Lock
+	next *held
+}
+
+// WithLock returns a context that carries lk and ends when ctx ends or the lease of lk ends;
+// its cause is then ErrLockLost (lost) or ErrNotHeld (released). Acquire of the same key on
+// the same Client with this context re-enters lk instead of waiting for it. Give this context
+// to the work done under the lock, so a lost lock stops that work.
+func WithLock(ctx context.Context, lk *Lock) context.Context {
+	cctx, cancel := context.WithCancelCause(ctx)
+	context.AfterFunc(lk.l.ctx, func() { cancel(context.Cause(lk.l.ctx)) })
+	prev, _ := ctx.Value(ctxKey{}).(*held)
+	return context.WithValue(cctx, ctxKey{}, &held{lk: lk, next: prev})
+}
+
+// heldIn returns the innermost live hold of key by c in ctx.
+func heldIn(ctx context.Context, c *Client, key string) *Lock {
+	for h, _ := ctx.Value(ctxKey{}).(*held); h != nil; h = h.next {
+		if h.lk.l.c == c && h.lk.l.key == key && h.lk.l.err() == nil {
+			return h.lk
+		}
+	}
+	return nil
+}

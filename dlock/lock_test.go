@@ -1,0 +1,136 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockguard/lockguard/dlock"
+)
+
+func TestAcquireRelease(t *testing.T) {
+	_, rdb, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	if lk.Key() != key || lk.HoldCount() != 1 || lk.Token() <= 0 || lk.Err() != nil {
+		t.Fatalf("lock: key %q holds %d token %d err %v", lk.Key(), lk.HoldCount(), lk.Token(), lk.Err())
+	}
+	if _, err := c.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("TryAcquire of a held key: %v, want ErrNotObtained", err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case <-lk.Done():
+	default:
+		t.Fatal("Done not closed after the last release")
+	}
+	if err := lk.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("second Release: %v, want ErrNotHeld", err)
+	}
+	if !errors.Is(lk.Err(), dlock.ErrNotHeld) || errors.Is(lk.Err(), dlock.ErrLockLost) {
+		t.Fatalf("Err after release: %v", lk.Err())
+	}
+	lk2, err := c.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire after release: %v", err)
+	}
+	if lk2.Token() <= lk.Token() {
+		t.Fatalf("token did not grow: %d then %d", lk.Token(), lk2.Token())
+	}
+	if err := lk2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing but short-lived fence data may remain, and every key has a TTL.
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if ttl := rdb.PTTL(ctx, k).Val(); ttl < 0 {
+			t.Errorf("key %s left without TTL", k)
+		}
+		if strings.HasSuffix(k, ":lock") {
+			t.Errorf("lock key %s left after release", k)
+		}
+	}
+}
+
+func TestMutualExclusion(t *testing.T) {
+	_, rdb, c := setup(t)
+	ctx := testContext(t, 60*time.Second)
+	key, counter := uniqueKey(t), uniqueKey(t)+":counter"
+	const workers, rounds = 50, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				err := c.Do(ctx, key, func(ctx context.Context) error {
+					n, err := rdb.Get(ctx, counter).Int()
+					if err != nil && !errors.Is(err, redisNil) {
+						return err
+					}
+					return rdb.Set(ctx, counter, n+1, 0).Err()
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Get(ctx, counter).Int(); n != workers*rounds {
+		t.Fatalf("counter = %d, want %d", n, workers*rounds)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 5*time.Second)
+	for _, key := range []string{"", strings.Repeat("k", dlock.MaxKeyLen+1)} {
+		if _, err := c.Acquire(ctx, key); !errors.Is(err, dlock.ErrInvalidKey) {
+			t.Errorf("Acquire(%d bytes): %v, want ErrInvalidKey", len(key), err)
+		}
+		if _, err := c.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrInvalidKey) {
+			t.Errorf("TryAcquire(%d bytes): %v, want ErrInvalidKey", len(key), err)
+		}
+	}
+	// Braces in a key neither break it nor collide with the escaped form.
+	a, err := c.TryAcquire(ctx, "x{a}y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.TryAcquire(ctx, "x%7Ba%7Dy")
+	if err != nil {
+		t.Fatalf("distinct key collided with a braced one: %v", err)
+	}
+	lk, err := c.TryAcquire(ctx, strings.Repeat("k", dlock.MaxKeyLen))
+	if err != nil {
+		t.Fatalf("key of MaxKeyLen: %v", err)
+	}
+	for _, l := range []*dlock.Lock{a, b, lk} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Complete(ctx, nil, 0); err == nil {
+		t.Error("Complete with zero retention: no error")
+	}
+}

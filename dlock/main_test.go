@@ -1,0 +1,51 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	if helperProcess() {
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+var keySeq atomic.Int64
+
+// uniqueKey gives each test its own lock keys.
+func uniqueKey(t testing.TB) string {
+	return fmt.Sprintf("%s-%d", t.Name(), keySeq.Add(1))
+}
+
+// newClient returns a dlock Client on rdb, closed when the test ends.
+func newClient(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *dlock.Client {
+	t.Helper()
+	c := dlock.New(rdb, opts...)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// setup starts a Redis server and returns a plain go-redis client on it and a dlock Client.
+func setup(t testing.TB, opts ...dlock.Option) (*redistest.Server, *redis.Client, *dlock.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	return srv, rdb, newClient(t, rdb, opts...)
+}
+
+func testContext(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,99 @@
+package dlock
+
+import (
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Defaults of the Client options.
+const (
+	DefaultLease         = 30 * time.Second
+	DefaultRetryInterval = time.Second
+	DefaultPrefix        = "lockguard"
+)
+
+// Option configures a Client.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	lease          time.Duration
+	retry          time.Duration
+	prefix         string
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	logger         *slog.Logger
+}
+
+// WithLease sets the lease of locks acquired without WithTTL. Such locks are renewed by the
+// Client's watchdog every lease/3 while held. Default DefaultLease (30 s); values below 30 ms
+// are raised to 30 ms.
+func WithLease(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.lease = max(d, 30*time.Millisecond) })
+}
+
+// WithRetryInterval sets how often a waiter looks at the lock again when no release message
+// reached it (a lost message, an expired holder). A queued waiter that stops looking for three
+// intervals is dropped from the line, and a lock handed to a waiter that never confirms it is
+// freed after three intervals. Default DefaultRetryInterval (1 s); minimum 10 ms.
+func WithRetryInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.retry = max(d, 10*time.Millisecond) })
+}
+
+// WithPrefix sets the prefix of every Redis key and channel the Client uses. Default
+// DefaultPrefix ("lockguard"). Braces are escaped so the prefix cannot change a key's slot.
+func WithPrefix(p string) Option {
+	return optionFunc(func(c *config) { c.prefix = escapeTag(p) })
+}
+
+// WithTracerProvider sets the provider of the tracer for dlock.acquire spans. Default: the
+// global provider (otel.GetTracerProvider()).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) { c.tracerProvider = tp })
+}
+
+// WithMeterProvider sets the provider of the meter for lock metrics. Default: the global
+// provider (otel.GetMeterProvider()).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) { c.meterProvider = mp })
+}
+
+// WithLogger sets a logger for events a caller cannot see in return values: lost locks,
+// failed renewals, failed clean-ups. Default: no logging.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// AcquireOption configures one acquisition.
+type AcquireOption interface{ applyAcquire(*acquireConfig) }
+
+type acquireOptionFunc func(*acquireConfig)
+
+func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
+
+type acquireConfig struct {
+	ttl           time.Duration
+	skipCompleted bool
+}
+
+// WithTTL gives this acquisition a fixed lease of d with no watchdog renewal (like Redisson's
+// leaseTime): the lock expires d after it was obtained unless Refresh extends it, and Done
+// closes then. Without it the lock gets the Client lease, renewed while held. Values below
+// 1 ms are raised to 1 ms.
+func WithTTL(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.ttl = max(d, time.Millisecond) })
+}
+
+// SkipCompleted makes the acquisition fail with a *CompletedError (matching ErrCompleted)
+// when a record stored by Complete exists for the key, instead of taking the lock. The check
+// is made by the same script that takes the lock, so work completed by one holder is never
+// started again by the next.
+func SkipCompleted() AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.skipCompleted = true })
+}

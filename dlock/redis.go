@@ -1,0 +1,342 @@
+package dlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/lib.lua
+	luaLib string
+	//go:embed scripts/acquire.lua
+	luaAcquire string
+	//go:embed scripts/release.lua
+	luaRelease string
+	//go:embed scripts/leave.lua
+	luaLeave string
+	//go:embed scripts/reenter.lua
+	luaReenter string
+	//go:embed scripts/renew.lua
+	luaRenew string
+
+	scriptAcquire = redis.NewScript(luaLib + luaAcquire)
+	scriptRelease = redis.NewScript(luaLib + luaRelease)
+	scriptLeave   = redis.NewScript(luaLib + luaLeave)
+	scriptReenter = redis.NewScript(luaReenter)
+	scriptRenew   = redis.NewScript(luaRenew)
+)
+
+// renewChunk bounds the keys of one renew script call, so one call never blocks Redis for long
+// (about a millisecond for 1000 keys).
+const renewChunk = 1000
+
+// redisBackend keeps locks in Redis. Layout for lock key K under prefix P, with T the escaped K:
+//
+//	P:{T}:lock   hash    owner, fencing token, one field per hold
+//	P:{T}:q      zset    waiters in arrival order
+//	P:{T}:qd     zset    waiters' liveness deadlines
+//	P:{T}:f      hash    last token, last released owner
+//	P:{T}:done   string  completion record
+//	P:{T}:ch     channel hand-off notices (sharded pub/sub on a Cluster)
+type redisBackend struct {
+	rdb     redis.UniversalClient
+	cluster bool
+	prefix  string
+	claim   time.Duration // lease of a handed-off lock until its new holder confirms it
+	live    time.Duration // a queued waiter not heard of for this long leaves the line
+	fence   time.Duration // extra life of the fence hash after the lease
+	subs    *subscriber
+	calls   sync.WaitGroup // calls abandoned by their context, still finishing
+}
+
+func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
+	_, cluster := rdb.(*redis.ClusterClient)
+	b := &redisBackend{
+		rdb:     rdb,
+		cluster: cluster,
+		prefix:  cfg.prefix,
+		claim:   3 * cfg.retry,
+		live:    3 * cfg.retry,
+		fence:   time.Minute,
+	}
+	b.subs = newSubscriber(rdb, cluster)
+	return b
+}
+
+// keys returns the five keys of a lock in script order, and its channel.
+func (b *redisBackend) keys(key string) ([]string, string) {
+	base := b.prefix + ":{" + escapeTag(key) + "}:"
+	return []string{base + "lock", base + "q", base + "qd", base + "f", base + "done"}, base + "ch"
+}
+
+func (b *redisBackend) pubCmd() string {
+	if b.cluster {
+		return "SPUBLISH"
+	}
+	return "PUBLISH"
+}
+
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+func (b *redisBackend) member(r acquireRequest) string {
+	flag := 0
+	if r.skipCompleted {
+		flag = 1
+	}
+	return r.owner + ":" + strconv.FormatInt(ms(r.ttl), 10) + ":" + strconv.Itoa(flag)
+}
+
+func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireResult, error) {
+	keys, ch := b.keys(r.key)
+	wait, skip := 0, 0
+	if r.wait {
+		wait = 1
+	}
+	if r.skipCompleted {
+		skip = 1
+	}
+	args := []any{r.owner, ms(r.ttl), wait, ms(b.live), skip, b.member(r),
+		ms(r.ttl + b.fence), ms(b.claim), ch, b.pubCmd()}
+	var reply []any
+	err := b.call(ctx, func(ctx context.Context) (err error) {
+		reply, err = scriptAcquire.Run(ctx, b.rdb, keys, args...).Slice()
+		return err
+	})
+	if err != nil {
+		return acquireResult{}, unavailable("acquire", err)
+	}
+	return parseAcquire(reply)
+}
+
+func parseAcquire(reply []any) (acquireResult, error) {
+	if len(reply) < 2 {
+		return acquireResult{}, unavailable("acquire", fmt.Errorf("unexpected reply %v", reply))
+	}
+	status, _ := reply[0].(int64)
+	switch status {
+	case 1:
+		token, _ := reply[1].(int64)
+		return acquireResult{status: statusObtained, token: token}, nil
+	case 2:
+		rec, _ := reply[1].(string)
+		return acquireResult{status: statusCompleted, record: []byte(rec)}, nil
+	default:
+		pttl, _ := reply[1].(int64)
+		d := time.Duration(pttl) * time.Millisecond
+		if pttl < 0 {
+			d = -1
+		}
+		return acquireResult{status: statusBusy, pttl: d}, nil
+	}
+}
+
+func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string) (int, error) {
+	keys, _ := b.keys(key)
+	var n int64
+	err := b.call(ctx, func(ctx context.Context) (err error) {
+		n, err = scriptReenter.Run(ctx, b.rdb, keys[:1], owner, entry).Int64()
+		return err
+	})
+	if err != nil {
+		return 0, unavailable("reenter", err)
+	}
+	return int(n), nil
+}
+
+func (b *redisBackend) release(ctx context.Context, r releaseRequest) (int, bool, error) {
+	keys, ch := b.keys(r.key)
+	store := 0
+	if r.storeRecord {
+		store = 1
+	}
+	args := []any{r.owner, r.entry, store, r.record, ms(r.retention), ms(b.fence),
+		ms(b.claim), ch, b.pubCmd()}
+	var reply []int64
+	err := b.call(ctx, func(ctx context.Context) (err error) {
+		reply, err = scriptRelease.Run(ctx, b.rdb, keys, args...).Int64Slice()
+		return err
+	})
+	if err != nil {
+		return 0, false, unavailable("release", err)
+	}
+	if len(reply) != 2 {
+		return 0, false, unavailable("release", fmt.Errorf("unexpected reply %v", reply))
+	}
+	return int(reply[1]), reply[0] == 1, nil
+}
+
+func (b *redisBackend) leave(ctx context.Context, r acquireRequest) error {
+	keys, ch := b.keys(r.key)
+	args := []any{r.owner, b.member(r), ms(b.fence), ms(b.claim), ch, b.pubCmd()}
+	err := b.call(ctx, func(ctx context.Context) error {
+		return scriptLeave.Run(ctx, b.rdb, keys, args...).Err()
+	})
+	if err != nil {
+		return unavailable("leave", err)
+	}
+	return nil
+}
+
+// renew sends one script call per chunk of keys (per hash slot on a Cluster), all pipelined:
+// one round trip per node for any number of locks.
+func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) {
+	type batch struct {
+		idx  []int
+		keys []string
+		args []any
+	}
+	var batches []*batch
+	bySlot := map[int]*batch{}
+	for i, r := range rs {
+		keys, _ := b.keys(r.key)
+		slot := 0
+		if b.cluster {
+			slot = hashSlot(keys[0])
+		}
+		bt := bySlot[slot]
+		if bt == nil || len(bt.keys) >= renewChunk {
+			bt = &batch{}
+			bySlot[slot] = bt
+			batches = append(batches, bt)
+		}
+		bt.idx = append(bt.idx, i)
+		bt.keys = append(bt.keys, keys[0])
+		bt.args = append(bt.args, r.owner, ms(r.ttl))
+	}
+	ok := make([]bool, len(rs))
+	err := b.call(ctx, func(ctx context.Context) error {
+		cmds, err := b.pipeline(ctx, len(batches), func(p redis.Pipeliner, i int, useEval bool) *redis.Cmd {
+			if useEval {
+				return p.Eval(ctx, luaRenew, batches[i].keys, batches[i].args...)
+			}
+			return p.EvalSha(ctx, scriptRenew.Hash(), batches[i].keys, batches[i].args...)
+		})
+		if err != nil {
+			return err
+		}
+		for i, cmd := range cmds {
+			vals, err := cmd.Int64Slice()
+			if err != nil {
+				return err
+			}
+			for j, v := range vals {
+				if j < len(batches[i].idx) {
+					ok[batches[i].idx[j]] = v == 1
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, unavailable("renew", err)
+	}
+	return ok, nil
+}
+
+// pipeline sends n script commands in one pipeline; the ones the server does not know by SHA
+// (after a restart or failover) are sent again in full.
+func (b *redisBackend) pipeline(ctx context.Context, n int, cmd func(p redis.Pipeliner, i int, useEval bool) *redis.Cmd) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, n)
+	_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range n {
+			cmds[i] = cmd(p, i, false)
+		}
+		return nil
+	})
+	var again []int
+	for i, c := range cmds {
+		if c.Err() != nil && strings.HasPrefix(c.Err().Error(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return cmds, err
+	}
+	_, err = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range again {
+			cmds[i] = cmd(p, i, true)
+		}
+		return nil
+	})
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return cmds, c.Err()
+		}
+	}
+	return cmds, err
+}
+
+func (b *redisBackend) record(ctx context.Context, key string) ([]byte, bool, error) {
+	keys, _ := b.keys(key)
+	var val []byte
+	err := b.call(ctx, func(ctx context.Context) (err error) {
+		val, err = b.rdb.Get(ctx, keys[4]).Bytes()
+		return err
+	})
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, unavailable("record", err)
+	}
+	return val, true, nil
+}
+
+func (b *redisBackend) listen(ctx context.Context, key, owner string) (listener, error) {
+	keys, ch := b.keys(key)
+	slot := 0
+	if b.cluster {
+		slot = hashSlot(keys[0])
+	}
+	return b.subs.listen(ctx, ch, slot, owner)
+}
+
+func (b *redisBackend) handOffLease(ttl time.Duration) time.Duration { return min(ttl, b.claim) }
+
+func (b *redisBackend) close() error {
+	b.subs.close()
+	b.calls.Wait()
+	return nil
+}
+
+// call runs fn and returns when it is done or ctx ends, whichever comes first, so a wait
+// respects its context even when the Redis client was built without ContextTimeoutEnabled
+// (then a command blocks for up to ReadTimeout). An abandoned call finishes in the background;
+// close waits for it.
+func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error) error {
+	if ctx.Done() == nil {
+		return fn(ctx)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	b.calls.Add(1)
+	go func() {
+		defer b.calls.Done()
+		done <- fn(ctx)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// escapeTag makes s safe inside a Redis Cluster hash tag: no brace can end or open a tag, so
+// a user-chosen key cannot move its lock to another slot, and distinct keys stay distinct.
+func escapeTag(s string) string {
+	if !strings.ContainsAny(s, "%{}") {
+		return s
+	}
+	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(s)
+}

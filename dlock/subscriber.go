@@ -1,0 +1,201 @@
+package dlock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// idleClose is how long an unused pub/sub connection is kept for the next wait.
+const idleClose = 10 * time.Second
+
+// subscriber shares one pub/sub connection among all waiters of a Client (one per hash slot
+// on a Cluster, where sharded pub/sub is bound to the slot's node). A channel is subscribed
+// while at least one local waiter listens on it.
+type subscriber struct {
+	rdb     redis.UniversalClient
+	sharded bool
+
+	mu     sync.Mutex
+	conns  map[int]*psConn
+	closed bool
+	wg     sync.WaitGroup
+}
+
+type psConn struct {
+	ps    *redis.PubSub
+	chans map[string]*chanState
+	idle  *time.Timer
+}
+
+type chanState struct {
+	ready     chan struct{}
+	listeners map[*chanListener]struct{}
+}
+
+type chanListener struct {
+	s       *subscriber
+	slot    int
+	channel string
+	owner   string
+	ready   chan struct{}
+	c       chan notice
+	once    sync.Once
+}
+
+func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
+	return &subscriber{rdb: rdb, sharded: sharded, conns: map[int]*psConn{}}
+}
+
+func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner string) (listener, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	conn := s.conns[slot]
+	if conn == nil {
+		conn = &psConn{chans: map[string]*chanState{}}
+		if s.sharded {
+			conn.ps = s.rdb.SSubscribe(ctx)
+		} else {
+			conn.ps = s.rdb.Subscribe(ctx)
+		}
+		s.conns[slot] = conn
+		s.wg.Add(1)
+		go s.dispatch(slot, conn, conn.ps.ChannelWithSubscriptions(redis.WithChannelSize(256)))
+	}
+	if conn.idle != nil {
+		conn.idle.Stop()
+		conn.idle = nil
+	}
+	cs := conn.chans[channel]
+	if cs == nil {
+		var err error
+		if s.sharded {
+			err = conn.ps.SSubscribe(ctx, channel)
+		} else {
+			err = conn.ps.Subscribe(ctx, channel)
+		}
+		if err != nil {
+			s.idleLocked(slot, conn)
+			return nil, unavailable("subscribe", err)
+		}
+		cs = &chanState{ready: make(chan struct{}), listeners: map[*chanListener]struct{}{}}
+		conn.chans[channel] = cs
+	}
+	l := &chanListener{s: s, slot: slot, channel: channel, owner: owner, ready: cs.ready, c: make(chan notice, 4)}
+	cs.listeners[l] = struct{}{}
+	return l, nil
+}
+
+// dispatch routes messages of one connection to the listeners of their owner.
+func (s *subscriber) dispatch(slot int, conn *psConn, msgs <-chan any) {
+	defer s.wg.Done()
+	for m := range msgs {
+		switch m := m.(type) {
+		case *redis.Subscription:
+			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
+				continue
+			}
+			s.mu.Lock()
+			if cs := conn.chans[m.Channel]; cs != nil {
+				select {
+				case <-cs.ready:
+				default:
+					close(cs.ready)
+				}
+			}
+			s.mu.Unlock()
+		case *redis.Message:
+			owner, tok, ok := strings.Cut(m.Payload, " ")
+			if !ok {
+				continue
+			}
+			token, err := strconv.ParseInt(tok, 10, 64)
+			if err != nil {
+				continue
+			}
+			s.mu.Lock()
+			if cs := conn.chans[m.Channel]; cs != nil {
+				for l := range cs.listeners {
+					if l.owner == owner {
+						select {
+						case l.c <- notice{token: token}:
+						default:
+						}
+					}
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+func (l *chanListener) C() <-chan notice       { return l.c }
+func (l *chanListener) Ready() <-chan struct{} { return l.ready }
+
+// Close stops the listener; the channel is unsubscribed when its last listener leaves.
+func (l *chanListener) Close() {
+	l.once.Do(func() {
+		s := l.s
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		conn := s.conns[l.slot]
+		if conn == nil {
+			return
+		}
+		cs := conn.chans[l.channel]
+		if cs == nil {
+			return
+		}
+		delete(cs.listeners, l)
+		if len(cs.listeners) > 0 {
+			return
+		}
+		delete(conn.chans, l.channel)
+		// Best effort: a failed unsubscribe only costs ignored messages until the idle close.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if s.sharded {
+			_ = conn.ps.SUnsubscribe(ctx, l.channel)
+		} else {
+			_ = conn.ps.Unsubscribe(ctx, l.channel)
+		}
+		cancel()
+		s.idleLocked(l.slot, conn)
+	})
+}
+
+// idleLocked closes conn after idleClose unless a new listener arrives first.
+func (s *subscriber) idleLocked(slot int, conn *psConn) {
+	if len(conn.chans) > 0 || conn.idle != nil {
+		return
+	}
+	conn.idle = time.AfterFunc(idleClose, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.conns[slot] == conn && len(conn.chans) == 0 {
+			delete(s.conns, slot)
+			_ = conn.ps.Close()
+		}
+	})
+}
+
+// close closes every connection and waits for the dispatchers to return.
+func (s *subscriber) close() {
+	s.mu.Lock()
+	s.closed = true
+	for slot, conn := range s.conns {
+		if conn.idle != nil {
+			conn.idle.Stop()
+		}
+		_ = conn.ps.Close()
+		delete(s.conns, slot)
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}

@@ -1,0 +1,139 @@
+package dlock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the package's tracer and meter.
+const ScopeName = "github.com/lockguard/lockguard/dlock"
+
+// Outcomes of an acquisition, as the dlock.outcome attribute.
+const (
+	OutcomeObtained  = "obtained"
+	OutcomeBusy      = "busy"
+	OutcomeTimeout   = "timeout"
+	OutcomeCompleted = "completed"
+	OutcomeError     = "error"
+)
+
+type telemetry struct {
+	tracer   trace.Tracer
+	wait     metric.Float64Histogram
+	held     metric.Int64UpDownCounter
+	lost     metric.Int64Counter
+	renewals metric.Int64Counter
+}
+
+func newTelemetry(cfg *config) *telemetry {
+	tp, mp := cfg.tracerProvider, cfg.meterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+	t := &telemetry{tracer: tp.Tracer(ScopeName)}
+	// Instrument errors only happen for invalid names; a nil-safe no-op keeps locking working.
+	var err error
+	if t.wait, err = m.Float64Histogram("dlock.acquire.wait", metric.WithUnit("s"),
+		metric.WithDescription("Time from the start of an acquisition to its outcome.")); err != nil {
+		otel.Handle(err)
+	}
+	if t.held, err = m.Int64UpDownCounter("dlock.locks.held", metric.WithUnit("{lock}"),
+		metric.WithDescription("Leases currently held by this process.")); err != nil {
+		otel.Handle(err)
+	}
+	if t.lost, err = m.Int64Counter("dlock.locks.lost", metric.WithUnit("{lock}"),
+		metric.WithDescription("Leases lost while held.")); err != nil {
+		otel.Handle(err)
+	}
+	if t.renewals, err = m.Int64Counter("dlock.locks.renewed", metric.WithUnit("{lock}"),
+		metric.WithDescription("Lease renewals sent by the watchdog.")); err != nil {
+		otel.Handle(err)
+	}
+	return t
+}
+
+// hashKey is the key as it appears in telemetry and logs: keys may hold user data.
+func hashKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+type acquireSpan struct {
+	span  trace.Span
+	start time.Time
+}
+
+func (t *telemetry) startAcquire(ctx context.Context, key string, wait bool) (context.Context, acquireSpan) {
+	ctx, span := t.tracer.Start(ctx, "dlock.acquire", trace.WithSpanKind(trace.SpanKindInternal))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("dlock.key_hash", hashKey(key)), attribute.Bool("dlock.wait", wait))
+	}
+	return ctx, acquireSpan{span: span, start: time.Now()}
+}
+
+func outcome(err error) string {
+	var ce *CompletedError
+	switch {
+	case err == nil:
+		return OutcomeObtained
+	case errors.As(err, &ce):
+		return OutcomeCompleted
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return OutcomeTimeout
+	case errors.Is(err, ErrNotObtained):
+		return OutcomeBusy
+	}
+	return OutcomeError
+}
+
+func (t *telemetry) endAcquire(ctx context.Context, s acquireSpan, g grant, err error) {
+	waited := time.Since(s.start).Seconds()
+	out := outcome(err)
+	attr := attribute.String("dlock.outcome", out)
+	if t.wait != nil {
+		t.wait.Record(ctx, waited, metric.WithAttributes(attr))
+	}
+	if s.span.IsRecording() {
+		s.span.SetAttributes(attr, attribute.Float64("dlock.wait_seconds", waited),
+			attribute.Int("dlock.attempts", g.attempts), attribute.Bool("dlock.handed_off", g.handedOff))
+		if out == OutcomeError {
+			s.span.RecordError(err)
+			s.span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	s.span.End()
+}
+
+func (t *telemetry) started(*lease) {
+	if t.held != nil {
+		t.held.Add(context.Background(), 1)
+	}
+}
+
+func (t *telemetry) ended(_ *lease, cause error) {
+	if t.held != nil {
+		t.held.Add(context.Background(), -1)
+	}
+	if errors.Is(cause, ErrLockLost) && t.lost != nil {
+		t.lost.Add(context.Background(), 1)
+	}
+}
+
+func (t *telemetry) renewed(n int) {
+	if t.renewals != nil {
+		t.renewals.Add(context.Background(), int64(n))
+	}
+}

@@ -1,0 +1,130 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// grant is an obtained lock as the wait loop saw it.
+type grant struct {
+	token     int64
+	sent      time.Time     // when the request that obtained it (or preceded the hand-off) was sent
+	valid     time.Duration // lease granted from sent
+	handedOff bool
+	attempts  int
+}
+
+// obtain runs the acquisition: one script call when the lock is free; otherwise, if r.wait,
+// a place in line and a wait for the hand-off message, looking again every retry interval
+// (or when the holder's lease runs out) in case a message was lost.
+func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err error) {
+	try := func() (acquireResult, error) {
+		g.attempts++
+		g.sent = time.Now()
+		res, err := c.be.acquire(ctx, r)
+		if err != nil {
+			// The script may have run and given us the lock (reply lost, or ctx ended while the
+			// call was in flight): take us out, so no lock is left that nobody will release.
+			c.cleanup(ctx, r)
+		}
+		return res, err
+	}
+	res, err := try()
+	if err != nil {
+		return g, c.waitErr(ctx, err)
+	}
+	if done, err := c.settled(&g, r, res); done {
+		return g, err
+	}
+
+	// Queued. Listen for the hand-off, then look once more: the release may have come
+	// between our first look and the subscription.
+	lis, err := c.be.listen(ctx, r.key, r.owner)
+	if err != nil {
+		c.cleanup(ctx, r)
+		return g, c.waitErr(ctx, err)
+	}
+	defer lis.Close()
+	timer := time.NewTimer(c.cfg.retry)
+	defer timer.Stop()
+	select {
+	case <-lis.Ready():
+	case <-timer.C:
+	case <-ctx.Done():
+		c.cleanup(ctx, r)
+		return g, &waitError{ctxErr: ctx.Err()}
+	}
+	queuedAt := g.sent
+	for {
+		if res, err = try(); err != nil {
+			return g, c.waitErr(ctx, err)
+		}
+		if done, err := c.settled(&g, r, res); done {
+			return g, err
+		}
+		queuedAt = g.sent
+		next := c.cfg.retry
+		if res.pttl > 0 && res.pttl < next {
+			next = res.pttl + time.Millisecond
+		}
+		timer.Reset(next)
+		select {
+		case <-ctx.Done():
+			c.cleanup(ctx, r)
+			return g, &waitError{ctxErr: ctx.Err()}
+		case n := <-lis.C():
+			if n.token == 0 {
+				continue // look again now
+			}
+			if ctx.Err() != nil {
+				c.cleanup(ctx, r)
+				return g, &waitError{ctxErr: ctx.Err()}
+			}
+			// Handed to us. It was granted after our last look that found us queued, so that
+			// look's send time is a safe start for the lease on our clock.
+			g.token, g.sent, g.handedOff = n.token, queuedAt, true
+			g.valid = c.be.handOffLease(r.ttl)
+			return g, nil
+		case <-timer.C:
+		}
+	}
+}
+
+// settled reports whether res ends the acquisition, and with which error.
+func (c *Client) settled(g *grant, r acquireRequest, res acquireResult) (bool, error) {
+	switch res.status {
+	case statusObtained:
+		g.token, g.valid = res.token, r.ttl
+		return true, nil
+	case statusCompleted:
+		return true, &CompletedError{Key: r.key, Record: res.record}
+	}
+	if !r.wait {
+		return true, ErrNotObtained
+	}
+	return false, nil
+}
+
+// waitErr makes an error that ended a wait match the context's error too when ctx ended.
+func (c *Client) waitErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return &waitError{ctxErr: ctx.Err()}
+	}
+	return err
+}
+
+// cleanup takes an owner out of line and passes on a lock handed to it, without waiting for
+// it: ctx may have ended already, and the caller's wait must end with its context.
+func (c *Client) cleanup(ctx context.Context, r acquireRequest) {
+	if c.closed.Load() {
+		return
+	}
+	c.wd.background(func() {
+		cctx, cancel := releaseContext(ctx)
+		defer cancel()
+		if err := c.be.leave(cctx, r); err != nil {
+			c.log.Warn("dlock: leaving the line failed; the place expires by itself",
+				"key_hash", hashKey(r.key), "err", err)
+		}
+	})
+}

@@ -1,0 +1,189 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// watchdog renews the leases of one Client. One goroutine serves all locks: it wakes when the
+// earliest renewal is due, takes every lease due within a tenth of its lease as well, and renews
+// them with one pipelined batch (see backend.renew), so 10,000 held locks cost a handful of
+// requests per period instead of 10,000. The goroutine runs only while leases are watched.
+type watchdog struct {
+	c *Client
+
+	mu      sync.Mutex
+	leases  map[*lease]struct{}
+	running bool
+	closed  bool
+	wake    chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup // the loop and background clean-ups
+}
+
+func newWatchdog(c *Client) *watchdog {
+	return &watchdog{c: c, leases: map[*lease]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+// add watches l: renewal a third of the lease from now, or at once for a handed-off lock that
+// its new holder must confirm.
+func (w *watchdog) add(l *lease) {
+	l.mu.Lock()
+	l.watchedBy = w
+	l.renewAt = time.Now().Add(l.ttl / 3)
+	if l.confirm {
+		l.renewAt = time.Now()
+	}
+	l.mu.Unlock()
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		w.wg.Add(1)
+		go func() { // not under w.mu: end calls remove
+			defer w.wg.Done()
+			l.end(lost("client closed"))
+		}()
+		return
+	}
+	w.leases[l] = struct{}{}
+	if !w.running {
+		w.running = true
+		w.wg.Add(1)
+		go w.run()
+		return
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *watchdog) remove(l *lease) {
+	w.mu.Lock()
+	delete(w.leases, l)
+	w.mu.Unlock()
+}
+
+// background runs a clean-up that Close must wait for.
+func (w *watchdog) background(fn func()) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		fn()
+	}()
+}
+
+func (w *watchdog) run() {
+	defer w.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		due, next, ok := w.collect()
+		if !ok {
+			return
+		}
+		if len(due) > 0 {
+			w.renew(due)
+			continue
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-timer.C:
+		case <-w.wake:
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// collect returns the leases due now (or within a tenth of their lease) and the time of the
+// next renewal; ok is false when there is nothing left to watch, and the loop must exit.
+func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.leases) == 0 || w.closed {
+		w.running = false
+		return nil, next, false
+	}
+	now := time.Now()
+	for l := range w.leases {
+		l.mu.Lock()
+		at, slack := l.renewAt, l.ttl/10
+		l.mu.Unlock()
+		if !at.After(now.Add(slack)) {
+			due = append(due, l)
+		} else if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return due, next, true
+}
+
+func (w *watchdog) renew(due []*lease) {
+	rs := make([]renewal, len(due))
+	timeout := time.Duration(1<<63 - 1)
+	for i, l := range due {
+		rs[i] = renewal{key: l.key, owner: l.owner, ttl: l.ttl}
+		timeout = min(timeout, l.ttl/3)
+	}
+	// A renewal is useless after a third of the lease: the next one is due by then.
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 10*time.Millisecond))
+	defer cancel()
+	go func() { // Close interrupts an in-flight batch.
+		select {
+		case <-w.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	sent := time.Now()
+	ok, err := w.c.be.renew(ctx, rs)
+	w.c.tel.renewed(len(rs))
+	for i, l := range due {
+		l.mu.Lock()
+		releasing := l.holds == 0
+		l.mu.Unlock()
+		switch {
+		case releasing:
+		case err != nil:
+			// Try again soon; if no renewal gets through, the local expiry ends the lease
+			// before Redis can hand the lock to someone else.
+			l.mu.Lock()
+			l.renewAt = time.Now().Add(max(l.ttl/20, 10*time.Millisecond))
+			l.mu.Unlock()
+		case ok[i]:
+			l.extended(sent, l.ttl)
+			l.mu.Lock()
+			l.renewAt = sent.Add(l.ttl / 3)
+			l.confirm = false
+			fixed := !l.auto
+			l.mu.Unlock()
+			if fixed {
+				w.remove(l) // a handed-off fixed lease needs only its confirmation
+			}
+		default:
+			l.end(lost("renewal found the lock gone or owned by another owner"))
+		}
+	}
+	if err != nil {
+		w.c.log.Warn("dlock: renewal failed; retrying", "locks", len(rs), "err", err)
+	}
+}
+
+// close stops the loop, ends every watched lease and waits for background work.
+func (w *watchdog) close() {
+	w.mu.Lock()
+	w.closed = true
+	leases := make([]*lease, 0, len(w.leases))
+	for l := range w.leases {
+		leases = append(leases, l)
+	}
+	w.mu.Unlock()
+	close(w.stop)
+	for _, l := range leases {
+		l.end(lost("client closed"))
+	}
+	w.wg.Wait()
+}
