@@ -185,3 +185,7 @@ func TestBuildPanics(t *testing.T) {
 		})
 	}
 }
+
+func ctxWithString(key, v string) context.Context {
+	return context.WithValue(context.Background(), key, v)
+}

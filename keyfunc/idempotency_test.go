@@ -1,0 +1,51 @@
+package keyfunc
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestIdempotencyKey(t *testing.T) {
+	tests := []struct {
+		header string
+		want   string
+		err    error
+	}{
+		{`"abc"`, "abc", nil},
+		{`abc`, "abc", nil},
+		{` "abc" `, "abc", nil},
+		{"\tabc\t", "abc", nil},
+		{`"a\"b\\c"`, "a%22b%5Cc", nil},
+		{`"with space"`, "with%20space", nil},
+		{`550e8400-e29b-41d4-a716-446655440000`, "550e8400-e29b-41d4-a716-446655440000", nil},
+		{``, "", ErrInvalid},
+		{`""`, "", ErrInvalid},
+		{`"abc`, "", ErrInvalid},
+		{`"a"b"`, "", ErrInvalid},
+		{`"abc";p=1`, "", ErrInvalid},
+		{`"a\nb"`, "", ErrInvalid},
+		{`"a\x"`, "", ErrInvalid},
+		{"a\x01b", "", ErrInvalid},
+		{"a\x7fb", "", ErrInvalid},
+		{"caf\xc3\xa9", "", ErrInvalid},
+		{"\xff", "", ErrInvalid},
+		{"\"\xff\"", "", ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.header, func(t *testing.T) {
+			k, err := Join(IdempotencyKey()).Key(&MapSource{Header: map[string]string{"idempotency-key": tt.header}})
+			if !errors.Is(err, tt.err) || (err != nil) != (tt.err != nil) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+			if k != tt.want {
+				t.Errorf("Key = %q, want %q", k, tt.want)
+			}
+		})
+	}
+	// Bare and sf-string forms of one key give one lock key.
+	a, _ := Join(IdempotencyKey()).Key(&MapSource{Header: map[string]string{"Idempotency-Key": `"k"`}})
+	b, _ := Join(IdempotencyKey()).Key(&MapSource{Header: map[string]string{"Idempotency-Key": `k`}})
+	if a != b {
+		t.Errorf("sf-string %q and bare %q differ", a, b)
+	}
+}

@@ -1,0 +1,106 @@
+package keyfunc
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCanonicalNumber(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"0", "0"}, {"-0", "0"}, {"0.000", "0"}, {"0e10", "0"},
+		{"100", "100"}, {"1e2", "100"}, {"1E+2", "100"}, {"100.0", "100"}, {"10e1", "100"},
+		{"1.5", "1.5"}, {"15e-1", "1.5"}, {"1.50", "1.5"}, {"-1.5", "-1.5"},
+		{"0.005", "0.005"}, {"5e-3", "0.005"}, {"5E-0003", "0.005"},
+		{"123456789012345678901234567890", "123456789012345678901234567890"},
+		{"1e63", "1" + strings.Repeat("0", 63)}, {"1e64", "1e64"},
+		{"1e-64", "0." + strings.Repeat("0", 63) + "1"}, {"1e-65", "1e-65"},
+		{"1.5e-70", "15e-71"}, {"-2e100", "-2e100"},
+		{"1" + strings.Repeat("0", 70), "1e70"},
+		{"9007199254740993", "9007199254740993"},
+	}
+	for _, tt := range tests {
+		got, err := canonicalNumber(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("canonicalNumber(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+	if _, err := canonicalNumber("1e1234567890"); err == nil {
+		t.Error("huge exponent accepted")
+	}
+	if got, _ := canonicalNumber("1e0000000000000000002"); got != "100" {
+		t.Errorf("zero-padded exponent: %q", got)
+	}
+}
+
+func TestJSONPaths(t *testing.T) {
+	body := []byte(`{"a":{"b":[10,{"c":"deep"}]},"0":"zero-key","arr":["x","y"],"dup":1,"dup":2,"":{"":"empty"}}`)
+	tests := []struct {
+		path string
+		want string // "" means missing
+	}{
+		{"a.b.0", "10"},
+		{"a.b.1.c", "deep"},
+		{"0", "zero-key"},
+		{"arr.1", "y"},
+		{"arr.01", ""},
+		{"arr.-1", ""},
+		{"arr.2", ""},
+		{"arr.x", ""},
+		{"a.b.0.c", ""},
+		{"dup", "2"},
+		{".", "empty"},
+		{"missing.path", ""},
+		{"arr", "%5B%22x%22%2C%22y%22%5D"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			k, err := Join(JSON(tt.path).Optional()).Key(&MapSource{Payload: body})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tt.want
+			if want == "" {
+				want = missingMarker
+			}
+			if k != want {
+				t.Errorf("Key = %q, want %q", k, want)
+			}
+		})
+	}
+}
+
+func TestBodyHash(t *testing.T) {
+	hash := func(body string) string {
+		t.Helper()
+		k, err := Join(BodyHash()).Key(&MapSource{Payload: []byte(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(k) != 43 {
+			t.Fatalf("hash %q: %d chars, want 43", k, len(k))
+		}
+		return k
+	}
+	same := [][]string{
+		{`{"a":1,"b":[true,null,"x"]}`, ` { "b" : [ true , null , "x" ] , "a" : 1.0 } `, `{"b":[true,null,"x"],"a":1e0}`},
+		{"not json", "not json"},
+	}
+	for _, group := range same {
+		for _, b := range group[1:] {
+			if hash(b) != hash(group[0]) {
+				t.Errorf("%q and %q hash differently", b, group[0])
+			}
+		}
+	}
+	differ := []string{`{"a":1}`, `{"a":"1"}`, `{"a":2}`, `[1]`, `{"a":1} `, "", "not json", "not json ", `{"a":`}
+	seen := map[string]string{}
+	for _, b := range differ {
+		h := hash(b)
+		if prev, ok := seen[h]; ok && !(b == `{"a":1} ` && prev == `{"a":1}`) {
+			t.Errorf("%q and %q hash alike", b, prev)
+		}
+		seen[h] = b
+	}
+	deep := strings.Repeat("[", 100) + strings.Repeat("]", 100)
+	hash(deep) // too deep for JSON: hashed raw, no error
+}
