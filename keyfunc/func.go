@@ -115,6 +115,9 @@ func (f *Func) UsesIdempotencyKey() bool {
 // String describes f's shape, with part names in braces, e.g. "{route}|pay:{user}:{order}".
 // It holds no request data, so it suits logs and low-cardinality span attributes.
 func (f *Func) String() string {
+	if f == nil || len(f.lits) == 0 {
+		return ""
+	}
 	var b strings.Builder
 	for i, p := range f.scope {
 		if i > 0 {
@@ -135,9 +138,13 @@ func (f *Func) String() string {
 // Key derives the key for src. The same input always gives the same key, at most the
 // WithMaxKeyLen bound long, never containing '{', '}', whitespace or non-ASCII bytes.
 // Errors are *PartError values wrapping ErrMissing, ErrInvalid, ErrTooLong,
-// ErrMalformedBody, the error of Source.Body (ErrBodyTooLarge) or of a From function.
+// ErrMalformedBody, the error of Source.Body (ErrBodyTooLarge) or of a From function;
+// a nil Source or a Func not built by Join or Template gives a plain error.
 func (f *Func) Key(src Source) (string, error) {
-	if src == nil {
+	switch {
+	case f == nil || len(f.lits) == 0:
+		return "", errors.New("keyfunc: zero Func; build it with Join or Template")
+	case src == nil:
 		return "", errors.New("keyfunc: nil Source")
 	}
 	e := &eval{src: src}

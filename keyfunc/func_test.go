@@ -173,3 +173,33 @@ func TestNilSource(t *testing.T) {
 		t.Error("nil Source accepted")
 	}
 }
+
+func TestZeroFunc(t *testing.T) {
+	var f Func
+	if _, err := f.Key(&MapSource{}); err == nil {
+		t.Error("zero Func gave a key")
+	}
+	var nf *Func
+	if _, err := nf.Key(&MapSource{}); err == nil || nf.String() != "" {
+		t.Error("nil Func gave a key")
+	}
+}
+
+func BenchmarkKey(b *testing.B) {
+	f := MustTemplate("pay:{order}:{key}", map[string]Part{
+		"order": JSON("order.id"),
+		"key":   IdempotencyKey(),
+	}).Scope(Meta(MetaRoute), ContextValue("user"))
+	src := &MapSource{
+		Ctx:     ctxWithString("user", "u-42"),
+		Meta:    map[string]string{MetaRoute: "/payments"},
+		Header:  map[string]string{"Idempotency-Key": `"8e03978e-40d5-43e8-bc93-6894a57f9324"`},
+		Payload: []byte(`{"order":{"id":"A-17","amount":1250,"items":[{"sku":"s1","qty":2}]}}`),
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := f.Key(src); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -79,6 +79,7 @@ func (p Part) HashAbove(n int) Part {
 	return p
 }
 
+// String returns the part's name, as errors report it.
 func (p Part) String() string { return p.name }
 
 // Param is the path parameter name (KindParam). Cap: DefaultMaxLen.
@@ -125,8 +126,9 @@ func IdempotencyKey() Part {
 // JSON is the body field at a dot path: "order.id", "items.0.sku" (a numeric segment
 // indexes an array, and names an object member otherwise). Strings are used as is, numbers
 // in a canonical decimal form (1e2, 100 and 100.0 all give "100", exactly, at any size),
-// booleans as "true"/"false"; null counts as absent; objects and arrays are used in their
-// canonical JSON form (sorted keys, compact). The body is parsed once per Key call.
+// booleans as "true"/"false" (so "100" and 100 give the same value); null counts as absent;
+// objects and arrays are used in their canonical JSON form (sorted keys, compact); the path
+// "" is the whole body. The body is parsed once per Key call, however many parts use it.
 // Errors: ErrMalformedBody (invalid JSON, nesting deeper than MaxJSONDepth), ErrInvalid
 // (a number's exponent is out of range). Cap: DefaultMaxBodyLen.
 func JSON(path string) Part {
@@ -146,7 +148,8 @@ func JSON(path string) Part {
 }
 
 // Form is a form field: the adapter's own value (KindForm) when it serves one, otherwise
-// the field parsed from the body as application/x-www-form-urlencoded (first value).
+// the field parsed from the body as application/x-www-form-urlencoded (first value). An
+// adapter that decodes multipart forms should serve them through KindForm.
 // Errors: ErrMalformedBody when the body does not parse. Cap: DefaultMaxBodyLen.
 func Form(name string) Part {
 	return newPart(name, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
