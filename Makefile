@@ -1,0 +1,31 @@
+# lockguard: run "make help" for the targets.
+
+GO ?= go
+
+.PHONY: help redis test lint demo e2e bench chaos
+
+help: ## List the targets
+	@grep -E '^[a-z0-9]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-6s %s\n", $$1, $$2}'
+
+redis: ## Install redis-server and redis-cli if missing (apt-get as root)
+	@./scripts/ensure-redis.sh
+
+test: redis ## Vet, then run every test with the race detector
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 12m ./...
+
+lint: ## Fail on unformatted files, then vet
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+demo: redis ## Run the shop demo
+	$(GO) run ./examples/shop/cmd/demo
+
+e2e: redis ## Run the shop end-to-end tests
+	$(GO) test -count=1 -run E2E -tags e2e ./examples/shop/...
+
+bench: redis ## Compare lockguard with other lock libraries
+	cd bench && $(GO) run ./cmd/bench
+
+chaos: redis ## Run the fault-injection tests
+	$(GO) test -race -count=1 -tags chaos -timeout 10m ./internal/chaos/...
