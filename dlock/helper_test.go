@@ -1,7 +1,15 @@
 package dlock_test
 
-import "github.com/redis/go-redis/v9"
+import (
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
 
 var redisNil = redis.Nil
 
 func helperProcess() bool { return false }
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+type redisClusterNode = redis.Client

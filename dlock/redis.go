@@ -54,6 +54,9 @@ type redisBackend struct {
 	live    time.Duration // a queued waiter not heard of for this long leaves the line
 	fence   time.Duration // extra life of the fence hash after the lease
 	subs    *subscriber
+
+	mu      sync.Mutex
+	closing bool
 	calls   sync.WaitGroup // calls abandoned by their context, still finishing
 }
 
@@ -302,6 +305,9 @@ func (b *redisBackend) listen(ctx context.Context, key, owner string) (listener,
 func (b *redisBackend) handOffLease(ttl time.Duration) time.Duration { return min(ttl, b.claim) }
 
 func (b *redisBackend) close() error {
+	b.mu.Lock()
+	b.closing = true
+	b.mu.Unlock()
 	b.subs.close()
 	b.calls.Wait()
 	return nil
@@ -318,8 +324,14 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	done := make(chan error, 1)
+	b.mu.Lock()
+	if b.closing {
+		b.mu.Unlock()
+		return fn(ctx) // nothing may outlive close: run it here
+	}
 	b.calls.Add(1)
+	b.mu.Unlock()
+	done := make(chan error, 1)
 	go func() {
 		defer b.calls.Done()
 		done <- fn(ctx)

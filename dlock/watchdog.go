@@ -68,6 +68,11 @@ func (w *watchdog) remove(l *lease) {
 
 // background runs a clean-up that Close must wait for.
 func (w *watchdog) background(fn func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()

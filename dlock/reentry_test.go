@@ -1,0 +1,191 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockguard/lockguard/dlock"
+)
+
+func TestReentrancy(t *testing.T) {
+	_, rdb, c := setup(t)
+	other := newClient(t, rdb)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx := dlock.WithLock(ctx, outer)
+	inner, err := c.Acquire(lctx, key) // would deadlock without re-entry
+	if err != nil {
+		t.Fatalf("re-entrant Acquire: %v", err)
+	}
+	if inner.Token() != outer.Token() || outer.HoldCount() != 2 || inner.HoldCount() != 2 {
+		t.Fatalf("re-entry: token %d/%d holds %d", inner.Token(), outer.Token(), outer.HoldCount())
+	}
+	if _, err := other.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("other client while held twice: %v", err)
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if outer.HoldCount() != 1 || outer.Err() != nil {
+		t.Fatalf("after inner release: holds %d err %v", outer.HoldCount(), outer.Err())
+	}
+	if _, err := other.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("inner release freed the key: %v", err)
+	}
+	// Another owner waiting gets it only after the outer release.
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		lk, err := other.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	select {
+	case <-got:
+		t.Fatal("other owner got the lock while the outer hold is open")
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk := <-got
+	if lk == nil || lk.Token() <= outer.Token() {
+		t.Fatal("other owner did not get the lock with a larger token")
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReentrancyNeedsSameClient(t *testing.T) {
+	_, rdb, c := setup(t)
+	other := newClient(t, rdb)
+	ctx := testContext(t, 5*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Release(ctx)
+	lctx := dlock.WithLock(ctx, lk)
+	if _, err := other.TryAcquire(lctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("a context from another Client re-entered: %v", err)
+	}
+	if l2, err := c.TryAcquire(lctx, uniqueKey(t)); err != nil {
+		t.Fatalf("another key with a lock context: %v", err)
+	} else if l2.HoldCount() != 1 {
+		t.Fatalf("another key counted as re-entry: %d", l2.HoldCount())
+	} else {
+		_ = l2.Release(ctx)
+	}
+}
+
+func TestDo(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 5*time.Second)
+	key := uniqueKey(t)
+
+	var inner *dlock.Lock
+	err := c.Do(ctx, key, func(ctx context.Context) error {
+		var err error
+		inner, err = c.Acquire(ctx, key) // re-enters through the context Do gives
+		if err != nil {
+			return err
+		}
+		return inner.Release(ctx)
+	})
+	if err != nil || inner.HoldCount() != 0 {
+		t.Fatalf("Do: %v (inner holds %d)", err, inner.HoldCount())
+	}
+
+	want := errors.New("boom")
+	if err := c.Do(ctx, key, func(context.Context) error { return want }); !errors.Is(err, want) {
+		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("panic was not re-raised")
+			}
+		}()
+		_ = c.Do(ctx, key, func(context.Context) error { panic("in fn") })
+	}()
+	lk, err := c.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("lock not released after a panic: %v", err)
+	}
+	_ = lk.Release(ctx)
+}
+
+func TestCompleteAndSkipCompleted(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 5*time.Second)
+	key := uniqueKey(t)
+
+	lk, err := c.Acquire(ctx, key, dlock.SkipCompleted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Complete(ctx, []byte("receipt-1"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Release(ctx); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Release after Complete: %v", err)
+	}
+	_, err = c.Acquire(ctx, key, dlock.SkipCompleted())
+	var ce *dlock.CompletedError
+	if !errors.Is(err, dlock.ErrCompleted) || !errors.As(err, &ce) || string(ce.Record) != "receipt-1" {
+		t.Fatalf("Acquire of completed key: %v", err)
+	}
+	rec, ok, err := c.Completed(ctx, key)
+	if err != nil || !ok || string(rec) != "receipt-1" {
+		t.Fatalf("Completed: %q %v %v", rec, ok, err)
+	}
+	// Without SkipCompleted the lock is a plain lock.
+	lk, err = c.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lk.Release(ctx)
+}
+
+// A queued waiter that skips completed work must not be handed a lock whose work was
+// completed while it waited.
+func TestCompletedWhileWaiting(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key, dlock.SkipCompleted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		l2, err := c.Acquire(ctx, key, dlock.SkipCompleted())
+		if err == nil {
+			_ = l2.Release(ctx)
+		}
+		res <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := lk.Complete(ctx, []byte("done"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, dlock.ErrCompleted) {
+			t.Fatalf("waiter got %v, want ErrCompleted", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter not told about the completion")
+	}
+}

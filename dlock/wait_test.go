@@ -1,0 +1,220 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockguard/lockguard/dlock"
+)
+
+// The waiter is woken by the release message, not by its fallback retry (set to 5 s here).
+func TestWaiterWokenByRelease(t *testing.T) {
+	_, rdb, c := setup(t, dlock.WithRetryInterval(5*time.Second))
+	waiter := newClient(t, rdb, dlock.WithRetryInterval(5*time.Second))
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	var worst time.Duration
+	for range 5 {
+		lk, err := c.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			l2, err := waiter.Acquire(ctx, key)
+			if err != nil {
+				t.Error(err)
+				close(got)
+				return
+			}
+			at := time.Now()
+			_ = l2.Release(ctx)
+			got <- at
+		}()
+		time.Sleep(50 * time.Millisecond) // let it queue
+		released := time.Now()
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		at, ok := <-got
+		if !ok {
+			t.FailNow()
+		}
+		worst = max(worst, at.Sub(released))
+	}
+	t.Logf("worst release-to-waiter latency: %v (fallback retry 5s)", worst)
+	if worst > time.Second {
+		t.Fatalf("waiter took %v after the release: woken by polling, not by the message", worst)
+	}
+}
+
+func TestWaitCancelled(t *testing.T) {
+	_, rdb, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 200*time.Millisecond) }, context.DeadlineExceeded},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			wctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(200*time.Millisecond, cancel)
+			return wctx, cancel
+		}, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wctx, cancel := tc.ctx()
+			defer cancel()
+			start := time.Now()
+			_, err := c.Acquire(wctx, key)
+			took := time.Since(start)
+			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want ErrNotObtained and %v", err, tc.want)
+			}
+			if took > time.Second {
+				t.Fatalf("wait ended %v after start, context ended at 200ms", took)
+			}
+		})
+	}
+	// The waiters left the line and their subscriptions.
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		queued, _ := rdb.Keys(ctx, "*{"+key+"}:q").Result()
+		chans, _ := rdb.PubSubChannels(ctx, "*").Result()
+		n := int64(0)
+		for _, q := range queued {
+			n += rdb.ZCard(ctx, q).Val()
+		}
+		if n == 0 && len(chans) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after cancelled waits: %d queued, channels %v", n, chans)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l2, err := c.TryAcquire(ctx, key); err != nil {
+		t.Fatalf("a ghost waiter holds the lock: %v", err)
+	} else {
+		_ = l2.Release(ctx)
+	}
+}
+
+// Under contention the lock goes round the waiters: no goroutine is starved.
+func TestFairUnderContention(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 30*time.Second)
+	key := uniqueKey(t)
+	const workers = 8
+	const run = 2 * time.Second
+	var (
+		mu    sync.Mutex
+		waits []time.Duration
+		count [workers]int
+		wg    sync.WaitGroup
+	)
+	stop := time.Now().Add(run)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				start := time.Now()
+				lk, err := c.Acquire(ctx, key)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				waited := time.Since(start)
+				spin(100 * time.Microsecond)
+				if err := lk.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				waits = append(waits, waited)
+				count[w]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
+	total := len(waits)
+	fair := float64(total) / workers
+	t.Logf("%d acquisitions in %v, per goroutine %v, wait p50 %v p99 %v max %v",
+		total, run, count, waits[total/2], waits[total*99/100], waits[total-1])
+	for w, n := range count {
+		if float64(n) < fair/2 || float64(n) > fair*2 {
+			t.Errorf("goroutine %d got %d acquisitions, fair share %.0f", w, n, fair)
+		}
+	}
+	if waits[total-1] > 2*time.Second {
+		t.Errorf("max wait %v: a waiter was starved", waits[total-1])
+	}
+}
+
+// spin busy-waits d, standing in for a short critical section.
+func spin(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	srv, rdb, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_ = rdb
+	for _, wait := range []bool{false, true} {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		start := time.Now()
+		var err error
+		if wait {
+			_, err = c.Acquire(actx, uniqueKey(t))
+		} else {
+			_, err = c.TryAcquire(actx, uniqueKey(t))
+		}
+		cancel()
+		if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("wait=%v: err = %v, want ErrUnavailable", wait, err)
+		}
+		if time.Since(start) > 2500*time.Millisecond {
+			t.Fatalf("wait=%v took %v, past its context", wait, time.Since(start))
+		}
+	}
+}
+
+// A server that accepts but never answers (paused) must not hold a wait past its context,
+// even though the Redis client has no ContextTimeoutEnabled.
+func TestHungRedisRespectsContext(t *testing.T) {
+	srv, _, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	if err := srv.Pause(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Acquire(actx, uniqueKey(t))
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("err = %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Acquire returned after %v with a 300ms context", took)
+	}
+}
