@@ -1,0 +1,203 @@
+package asynqlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+// New returns asynq middleware that runs each task's handler under the dlock lock named by
+// key, derived from the task (see NewSource for what a key function can read). Register it
+// with mux.Use, or per handler with Wrap. It panics if client or key is nil.
+//
+// What a task returns besides its handler's own result:
+//   - busy lock: an *ErrLocked (matching dlock.ErrNotObtained), or what WithBusy says;
+//   - done marker found (WithDoneMarker): nil, without running;
+//   - key not derivable (payload not JSON, field missing, too long) or rejected by dlock:
+//     an error wrapping asynq.SkipRetry, so the task is archived;
+//   - Redis unavailable: an error wrapping dlock.ErrUnavailable, retried by asynq;
+//   - lock lost while the handler ran: an error wrapping dlock.ErrLockLost, retried by asynq.
+func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) asynq.MiddlewareFunc {
+	m := newMiddleware(client, key, opts)
+	return func(next asynq.Handler) asynq.Handler { return m.wrap(next) }
+}
+
+// Wrap returns h running under the lock, as New does for every handler of a mux. Use it when
+// only some task types need a lock, or each needs its own key.
+func Wrap(h asynq.Handler, client *dlock.Client, key *keyfunc.Func, opts ...Option) asynq.Handler {
+	return newMiddleware(client, key, opts).wrap(h)
+}
+
+// FromContext returns the lock the middleware holds for the task running with ctx: its
+// Token is a fencing token to pass to the store the handler writes to.
+func FromContext(ctx context.Context) (*dlock.Lock, bool) {
+	lk, ok := ctx.Value(lockKey{}).(*dlock.Lock)
+	return lk, ok
+}
+
+type lockKey struct{}
+
+type middleware struct {
+	client *dlock.Client
+	key    *keyfunc.Func
+	cfg    config
+	tel    *telemetry
+	log    *slog.Logger
+}
+
+func newMiddleware(client *dlock.Client, key *keyfunc.Func, opts []Option) *middleware {
+	if client == nil || key == nil {
+		panic("asynqlock: New needs a dlock.Client and a key function")
+	}
+	cfg := newConfig(opts)
+	if cfg.slot > 0 {
+		key = key.Scope(Slot(cfg.slot))
+	}
+	return &middleware{client: client, key: key, cfg: cfg, tel: newTelemetry(&cfg), log: cfg.logger}
+}
+
+func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
+	if next == nil {
+		panic("asynqlock: nil handler")
+	}
+	return asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
+		return m.process(ctx, task, next)
+	})
+}
+
+// releaseTimeout bounds the release or Complete that follows a handler, which must happen
+// even when the task's context has ended.
+const releaseTimeout = 5 * time.Second
+
+func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.Handler) (err error) {
+	ctx = m.tel.extract(ctx, task)
+	ctx, span := m.tel.start(ctx, task.Type())
+
+	src := newSource(ctx, task, m.cfg.maxPayload)
+	key, kerr := m.key.Key(src)
+	if kerr != nil {
+		err = fmt.Errorf("asynqlock: task %q not run, its lock key cannot be derived: %w: %w", task.Type(), kerr, asynq.SkipRetry)
+		span.waited(OutcomeInvalid)
+		span.end(OutcomeInvalid, err)
+		return err
+	}
+	span.key(key)
+
+	lk, out, err := m.acquire(ctx, key, task)
+	span.waited(out)
+	if lk == nil {
+		var fail error
+		if out != OutcomeBusy && out != OutcomeReplayed {
+			fail = err
+		}
+		span.end(out, fail)
+		return err
+	}
+
+	hctx := dlock.WithLock(ctx, lk)
+	hctx = context.WithValue(hctx, lockKey{}, lk)
+	if !src.slot.IsZero() {
+		hctx = context.WithValue(hctx, slotKey{}, src.slot)
+	}
+	defer func() {
+		// asynq recovers handler panics; the lock must not stay held (and renewed) after one.
+		if p := recover(); p != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			_ = lk.Release(rctx) // the panic is the error that matters; the lease expires anyway
+			cancel()
+			span.end(OutcomeError, fmt.Errorf("asynqlock: handler panicked: %v", p))
+			panic(p)
+		}
+	}()
+	herr := next.ProcessTask(hctx, task)
+	return m.finish(ctx, task, lk, herr, span)
+}
+
+// acquire takes the lock, mapping every way of not getting it to the error the task returns.
+func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) (*dlock.Lock, string, error) {
+	var opts []dlock.AcquireOption
+	if m.cfg.done {
+		opts = append(opts, dlock.SkipCompleted())
+	}
+	var lk *dlock.Lock
+	var err error
+	if m.cfg.wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, m.cfg.wait)
+		lk, err = m.client.Acquire(wctx, key, opts...)
+		cancel()
+	} else {
+		lk, err = m.client.TryAcquire(ctx, key, opts...)
+	}
+	var ce *dlock.CompletedError
+	switch {
+	case err == nil:
+		return lk, OutcomeObtained, nil
+	case errors.As(err, &ce):
+		m.log.DebugContext(ctx, "asynqlock: task already done, acknowledged without running",
+			"task_type", task.Type(), "key_hash", hashKey(key), "done_by", string(ce.Record))
+		return nil, OutcomeReplayed, nil
+	case errors.Is(err, dlock.ErrNotObtained):
+		locked := &ErrLocked{Key: key, RetryIn: m.cfg.retryIn}
+		if m.cfg.busy != nil {
+			return nil, OutcomeBusy, fmt.Errorf("%w: %w", locked, m.cfg.busy)
+		}
+		return nil, OutcomeBusy, locked
+	case errors.Is(err, dlock.ErrInvalidKey):
+		return nil, OutcomeInvalid, fmt.Errorf("asynqlock: task %q not run: %w: %w", task.Type(), err, asynq.SkipRetry)
+	case errors.Is(err, dlock.ErrUnavailable):
+		return nil, OutcomeUnavailable, fmt.Errorf("asynqlock: task %q not run: %w", task.Type(), err)
+	}
+	return nil, OutcomeError, fmt.Errorf("asynqlock: task %q not run: %w", task.Type(), err)
+}
+
+// finish releases the lock after the handler returned herr, or records the done marker.
+func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Lock, herr error, span *taskSpan) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	keyHash := hashKey(lk.Key())
+
+	if lost := lk.Err(); errors.Is(lost, dlock.ErrLockLost) {
+		_ = lk.Release(rctx) // reports the same loss; nothing is left to free
+		var err error
+		if herr != nil {
+			err = fmt.Errorf("asynqlock: task %q lost its lock while running: %w (handler: %w)", task.Type(), lost, herr)
+		} else {
+			err = fmt.Errorf("asynqlock: task %q lost its lock while running: %w", task.Type(), lost)
+		}
+		m.log.WarnContext(ctx, "asynqlock: lock lost while the task ran", "task_type", task.Type(), "key_hash", keyHash)
+		span.end(OutcomeLost, err)
+		return err
+	}
+
+	if herr == nil && m.cfg.done {
+		id, _ := asynq.GetTaskID(ctx)
+		if err := lk.Complete(rctx, []byte(id), m.cfg.retention); err != nil {
+			// The work is done: failing the task now would only make asynq run it again.
+			m.log.ErrorContext(ctx, "asynqlock: done marker not recorded; a duplicate of this task may run again",
+				"task_type", task.Type(), "key_hash", keyHash, "error", err)
+			span.end(OutcomeObtained, fmt.Errorf("asynqlock: done marker not recorded: %w", err))
+			return nil
+		}
+		span.end(OutcomeObtained, nil)
+		return nil
+	}
+
+	if err := lk.Release(rctx); err != nil {
+		// The lock expires at the end of its lease; the handler's result stands.
+		m.log.WarnContext(ctx, "asynqlock: release failed; the lock expires with its lease",
+			"task_type", task.Type(), "key_hash", keyHash, "error", err)
+	}
+	if herr != nil && IsFailure(herr) {
+		span.end(OutcomeObtained, herr)
+	} else {
+		span.end(OutcomeObtained, nil)
+	}
+	return herr
+}

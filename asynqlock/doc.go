@@ -1,0 +1,41 @@
+// Package asynqlock runs asynq task handlers under dlock locks, for the three things
+// asynq.Unique cannot do: serialize different tasks that touch one account, stop an
+// at-least-once redelivery from running a payment twice, and run a periodic job once per
+// schedule slot when every replica runs a scheduler.
+//
+// It only translates: keys come from package keyfunc (through the task Source, see
+// NewSource), lock semantics from package dlock. A task and an HTTP route that derive the
+// same key exclude each other:
+//
+//	var accountKey = keyfunc.Join(keyfunc.Const("account"), keyfunc.JSON("account_id")) // "account:42"
+//
+//	mux := asynq.NewServeMux()
+//	mux.Use(asynqlock.New(locks, accountKey))
+//	srv := asynq.NewServer(redisOpt, asynq.Config{
+//		IsFailure:      asynqlock.IsFailure,         // a busy task does not use up a retry
+//		RetryDelayFunc: asynqlock.RetryDelay(nil), // and comes back after RetryIn
+//	})
+//
+// Per task the middleware derives the key (a payload that is not JSON or lacks a required
+// field is archived with asynq.SkipRetry: retrying cannot fix it), takes the lock without
+// waiting (WithWait to queue for it), and runs the handler with a context that carries the
+// lock and is cancelled if the lease is lost. A busy lock returns an *ErrLocked carrying
+// RetryIn, or asynq.SkipRetry / asynq.RevokeTask with WithBusy. With WithDoneMarker a
+// successful task records its key as done in the same atomic step that releases the lock,
+// and later tasks with that key are acknowledged without running. OncePerSlot adds the
+// schedule slot to the key and turns the done marker on.
+//
+// Each task gets an asynqlock.lock span (a child of the enqueuing request's span when the
+// task was made with NewTask), with the outcome and a hash of the key as attributes.
+//
+// Guarantees: two tasks (or a task and any other holder) with the same key never run their
+// locked sections at the same time while their leases hold; with a done marker, a task whose
+// key is marked done never runs its handler, and the marker is written only by the holder of
+// the lock, atomically with the release.
+//
+// Limits: a lease can be lost (a long pause, a Redis failover); the handler is then
+// cancelled and the task fails with dlock.ErrLockLost, but work it already did stays done:
+// pass the lock's fencing token (FromContext) to the store you write to. Done markers live
+// only for their retention. A task with no retries left (MaxRetry(0) included) is archived
+// by asynq when it is busy, before IsFailure is consulted. See docs/asynqlock.md for recipes.
+package asynqlock

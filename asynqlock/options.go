@@ -1,0 +1,129 @@
+package asynqlock
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Defaults of the options.
+const (
+	DefaultRetryIn    = 5 * time.Second
+	DefaultMaxPayload = 1 << 20 // bytes of payload a key function may read
+)
+
+// Option configures New and Wrap.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	retryIn        time.Duration
+	wait           time.Duration
+	busy           error
+	busySet        bool
+	waitSet        bool
+	done           bool
+	retention      time.Duration
+	slot           time.Duration
+	maxPayload     int
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	propagator     propagation.TextMapPropagator
+	logger         *slog.Logger
+}
+
+// WithRetryIn sets ErrLocked.RetryIn, the delay after which RetryDelay brings a busy task
+// back. Default DefaultRetryIn (5 s); values below 1 s are raised to 1 s, because asynq
+// schedules retries with one-second resolution.
+func WithRetryIn(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.retryIn = max(d, time.Second) })
+}
+
+// WithWait makes a task whose lock is busy queue for it for up to d (dlock's Acquire, served
+// in arrival order) before giving up as busy. The wait also ends with the task's context.
+// Default 0: try once (TryAcquire) and report busy at once, freeing the worker.
+func WithWait(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.wait, c.waitSet = max(d, 0), true })
+}
+
+// WithBusy sets what a busy task returns on top of its *ErrLocked: asynq.SkipRetry archives
+// it, asynq.RevokeTask drops it ("someone else is already doing exactly this"). Default nil:
+// the task is retried after RetryIn (see IsFailure and RetryDelay). The returned error wraps
+// both, so errors.As(err, new(*ErrLocked)) still answers true.
+func WithBusy(action error) Option {
+	return optionFunc(func(c *config) { c.busy, c.busySet = action, true })
+}
+
+// WithDoneMarker records a task's key as done when its handler returns nil, kept for
+// retention, in the same atomic step that releases the lock (dlock's Lock.Complete). A later
+// task with the same key is acknowledged without running: the middleware returns nil and
+// reports the outcome "replayed". The check is made by the script that takes the lock, so a
+// redelivery racing the original can never run twice. A handler error records nothing.
+// Default: off. retention must cover the window in which duplicates can arrive (asynq's
+// retries included); values below 1 s are raised to 1 s.
+func WithDoneMarker(retention time.Duration) Option {
+	return optionFunc(func(c *config) { c.done, c.retention = true, max(retention, time.Second) })
+}
+
+// WithMaxPayload caps the payload, in bytes, that the key function may read; a larger payload
+// is invalid input (asynq.SkipRetry) when the key needs the payload. Default
+// DefaultMaxPayload (1 MiB).
+func WithMaxPayload(n int) Option {
+	return optionFunc(func(c *config) { c.maxPayload = n })
+}
+
+// WithTracerProvider sets the provider of the tracer for asynqlock.lock spans. Default: the
+// global provider (otel.GetTracerProvider()).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) { c.tracerProvider = tp })
+}
+
+// WithMeterProvider sets the provider of the meter for the task and wait metrics. Default:
+// the global provider (otel.GetMeterProvider()).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) { c.meterProvider = mp })
+}
+
+// WithPropagator sets the propagator that reads trace context from task headers. Default:
+// the global one (otel.GetTextMapPropagator()), the one InjectTrace writes with.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return optionFunc(func(c *config) { c.propagator = p })
+}
+
+// WithLogger sets a logger for events a caller cannot see in return values: replays, lost
+// locks, done markers or releases that could not be written. Default: no logging.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+func newConfig(opts []Option) config {
+	c := config{retryIn: DefaultRetryIn, maxPayload: DefaultMaxPayload}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	if c.slot > 0 {
+		// Once-per-slot defaults, each overridable by the explicit option.
+		if !c.done {
+			c.done, c.retention = true, slotRetention(c.slot)
+		}
+		if !c.waitSet {
+			c.wait = slotWait(c.slot)
+		}
+		if !c.busySet {
+			c.busy = asynq.RevokeTask
+		}
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,128 @@
+package asynqlock
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the package's tracer and meter.
+const ScopeName = "github.com/lockguard/lockguard/asynqlock"
+
+// Outcomes of a task passing through the middleware, as the asynqlock.outcome attribute of
+// the asynqlock.lock span and of the asynqlock.tasks counter.
+const (
+	OutcomeObtained    = "obtained"    // the lock was taken and the handler ran
+	OutcomeBusy        = "busy"        // the lock was held elsewhere; the handler did not run
+	OutcomeReplayed    = "replayed"    // a done marker exists; acknowledged without running
+	OutcomeInvalid     = "invalid"     // no key could be derived; archived (asynq.SkipRetry)
+	OutcomeUnavailable = "unavailable" // Redis could not be reached; retried by asynq
+	OutcomeLost        = "lost"        // the lock was lost while the handler ran
+	OutcomeError       = "error"       // any other failure to lock (a closed dlock.Client)
+)
+
+type telemetry struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+	tasks  metric.Int64Counter
+	wait   metric.Float64Histogram
+	hold   metric.Float64Histogram
+}
+
+func newTelemetry(c *config) *telemetry {
+	tp, mp, prop := c.tracerProvider, c.meterProvider, c.propagator
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	t := &telemetry{tracer: tp.Tracer(ScopeName), prop: prop}
+	m := mp.Meter(ScopeName)
+	// Instrument errors only happen for invalid names; a nil instrument is skipped.
+	var err error
+	if t.tasks, err = m.Int64Counter("asynqlock.tasks", metric.WithUnit("{task}"),
+		metric.WithDescription("Tasks that passed through the middleware, by outcome.")); err != nil {
+		otel.Handle(err)
+	}
+	if t.wait, err = m.Float64Histogram("asynqlock.lock.wait", metric.WithUnit("s"),
+		metric.WithDescription("Time from the start of a task to the outcome of its lock.")); err != nil {
+		otel.Handle(err)
+	}
+	if t.hold, err = m.Float64Histogram("asynqlock.lock.hold", metric.WithUnit("s"),
+		metric.WithDescription("Time the lock was held while the handler ran.")); err != nil {
+		otel.Handle(err)
+	}
+	return t
+}
+
+func (t *telemetry) propagator() propagation.TextMapPropagator {
+	if t.prop != nil {
+		return t.prop
+	}
+	return otel.GetTextMapPropagator()
+}
+
+// taskSpan is the asynqlock.lock span of one task: from the start of the lock wait to the
+// release, so the handler's own spans are its children.
+type taskSpan struct {
+	t        *telemetry
+	ctx      context.Context
+	span     trace.Span
+	taskType attribute.KeyValue
+	start    time.Time
+	locked   time.Time
+}
+
+func (t *telemetry) start(ctx context.Context, taskType string) (context.Context, *taskSpan) {
+	ctx, span := t.tracer.Start(ctx, "asynqlock.lock", trace.WithSpanKind(trace.SpanKindInternal))
+	ts := &taskSpan{t: t, ctx: ctx, span: span, taskType: attribute.String("asynqlock.task_type", taskType), start: time.Now()}
+	if span.IsRecording() {
+		span.SetAttributes(ts.taskType)
+	}
+	return ctx, ts
+}
+
+func (s *taskSpan) key(key string) {
+	if s.span.IsRecording() {
+		s.span.SetAttributes(attribute.String("asynqlock.key_hash", hashKey(key)))
+	}
+}
+
+// waited records the outcome of the lock wait; obtained is true when the handler will run.
+func (s *taskSpan) waited(outcome string) {
+	now := time.Now()
+	s.locked = now
+	waited := now.Sub(s.start).Seconds()
+	if s.t.wait != nil {
+		s.t.wait.Record(s.ctx, waited, metric.WithAttributes(attribute.String("asynqlock.outcome", outcome)))
+	}
+	if s.span.IsRecording() {
+		s.span.SetAttributes(attribute.Float64("asynqlock.wait_seconds", waited))
+	}
+}
+
+// end closes the span with the final outcome; err, when set, is a real failure.
+func (s *taskSpan) end(outcome string, err error) {
+	attr := attribute.String("asynqlock.outcome", outcome)
+	if s.t.tasks != nil {
+		s.t.tasks.Add(s.ctx, 1, metric.WithAttributes(attr, s.taskType))
+	}
+	if !s.locked.IsZero() && (outcome == OutcomeObtained || outcome == OutcomeLost) && s.t.hold != nil {
+		s.t.hold.Record(s.ctx, time.Since(s.locked).Seconds(), metric.WithAttributes(attr))
+	}
+	if s.span.IsRecording() {
+		s.span.SetAttributes(attr)
+		if err != nil {
+			s.span.RecordError(err)
+			s.span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	s.span.End()
+}
