@@ -8,7 +8,7 @@ import (
 
 var redisNil = redis.Nil
 
-func helperProcess() bool { return false }
+func helperProcess() bool { return helperProcessMain() }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
