@@ -1,0 +1,49 @@
+// Package dlock is a distributed lock on Redis for work that must not run twice at once:
+// charging a card, deducting a balance, running a job on one replica.
+//
+//	locks := dlock.New(rdb) // rdb: *redis.Client, *redis.ClusterClient or a failover client
+//	defer locks.Close()
+//
+//	lock, err := locks.Acquire(ctx, "account:42") // waits; TryAcquire does not
+//	if err != nil {
+//		return err
+//	}
+//	defer lock.Release(ctx)
+//	ctx = dlock.WithLock(ctx, lock) // cancelled if the lock is lost; carries it for re-entry
+//	return deduct(ctx, lock.Token()) // pass the fencing token to the store
+//
+// # What it does
+//
+//   - Acquire and Release are one Lua script each: one round trip when the lock is free.
+//   - Ownership is a random UUID per acquisition. Release, Refresh and Complete check it in the
+//     same script that acts, so nobody frees a lock they do not hold.
+//   - Waiters queue in Redis in arrival order. The release script hands the lock straight to
+//     the first live waiter and tells it with one pub/sub message (sharded on a Cluster), so a
+//     waiter is not starved by a holder re-acquiring in a loop, and needs no extra round trip.
+//     A waiter that stops heartbeating (its process died) is dropped after three retry
+//     intervals; a waiter whose context ends leaves the line at once.
+//   - Locks without WithTTL are renewed by one watchdog loop per Client, every lease/3, many
+//     locks per script call, pipelined. Renewal stops the moment the lock is released.
+//   - Lost locks are reported: Done closes and the context from WithLock is cancelled with
+//     cause ErrLockLost when a renewal finds the lock gone or taken, and also when renewals do
+//     not get through before the lease ends on the holder's own clock (measured from when the
+//     acquiring request was sent, minus a drift margin), so the holder knows before Redis can
+//     give the lock to someone else.
+//   - Re-entry: an Acquire of the same key on the same Client with a context from WithLock adds
+//     a hold (a field in the lock's Redis hash) instead of deadlocking.
+//   - Fencing tokens: every new lease of a key gets a token above every earlier one, also after
+//     the lock expired, was deleted, or Redis lost its data, as long as the server clock does not
+//     step back.
+//   - Completion records: Complete stores a record and releases in one step; an acquisition
+//     with SkipCompleted gets the record instead of the lock. Middlewares build idempotent
+//     replay and "done" markers on it.
+//   - Every script runs safely twice, because go-redis retries commands after network errors.
+//
+// # What it does not do
+//
+// A lease-based lock cannot stop a holder that is paused (GC, swap, SIGSTOP) past its lease
+// from writing after another process took over: check the fencing token where you write. On
+// Redis with asynchronous replication a failover can lose a freshly taken lock. See
+// docs/dlock.md for the data layout, each script, the guarantees and their limits, and the
+// go-redis settings that matter.
+package dlock
