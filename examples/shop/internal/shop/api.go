@@ -1,0 +1,162 @@
+package shop
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+)
+
+// maxBody caps request bodies; the shop's requests are a few dozen bytes.
+const maxBody = 64 << 10
+
+// Error codes of the JSON error bodies, {"error": code}.
+const (
+	codeBadJSON           = "bad_json"
+	codeInvalidOwner      = "invalid_owner"
+	codeInvalidBalance    = "invalid_balance"
+	codeInvalidAmount     = "invalid_amount"
+	codeAccountNotFound   = "account_not_found"
+	codeOrderNotFound     = "order_not_found"
+	codeInsufficientFunds = "insufficient_funds"
+	codeAlreadyPaid       = "already_paid"
+	codeNotPaid           = "not_paid"
+	codeAlreadyRefunded   = "already_refunded"
+	codeMissingKey        = "missing_idempotency_key"
+	codeUnavailable       = "unavailable"
+	codeInternal          = "internal"
+)
+
+// fail aborts the request with a JSON error body.
+func fail(c *gin.Context, status int, code string) {
+	c.AbortWithStatusJSON(status, gin.H{"error": code})
+}
+
+// failErr answers an error from the store or the provider: 404 for unknown ids, 503 when
+// the request's context ended (client gone, or the lock was lost), 500 otherwise.
+func (a *App) failErr(c *gin.Context, err error, notFoundCode string) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		fail(c, http.StatusNotFound, notFoundCode)
+	case c.Request.Context().Err() != nil:
+		a.log.Warn("request stopped", "path", c.FullPath(), "err", err, "cause", context.Cause(c.Request.Context()))
+		fail(c, http.StatusServiceUnavailable, codeUnavailable)
+	default:
+		a.log.Error("request failed", "path", c.FullPath(), "err", err)
+		fail(c, http.StatusInternalServerError, codeInternal)
+	}
+}
+
+// bindJSON decodes the body into v, answering 400 bad_json when it is not valid JSON of
+// the right shape.
+func bindJSON(c *gin.Context, v any) bool {
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBody)
+	if err := c.ShouldBindJSON(v); err != nil {
+		fail(c, http.StatusBadRequest, codeBadJSON)
+		return false
+	}
+	return true
+}
+
+type createAccountRequest struct {
+	Owner   string `json:"owner"`
+	Balance int64  `json:"balance"`
+}
+
+// createAccount: POST /api/accounts {"owner","balance"} -> 201 Account.
+func (a *App) createAccount(c *gin.Context) {
+	var req createAccountRequest
+	if !bindJSON(c, &req) {
+		return
+	}
+	switch {
+	case req.Owner == "" || len(req.Owner) > 100:
+		fail(c, http.StatusBadRequest, codeInvalidOwner)
+		return
+	case req.Balance < 0:
+		fail(c, http.StatusBadRequest, codeInvalidBalance)
+		return
+	}
+	acc, err := a.store.CreateAccount(c.Request.Context(), req.Owner, req.Balance)
+	if err != nil {
+		a.failErr(c, err, codeAccountNotFound)
+		return
+	}
+	c.JSON(http.StatusCreated, acc)
+}
+
+// getAccount: GET /api/accounts/:id -> 200 Account.
+func (a *App) getAccount(c *gin.Context) {
+	acc, err := a.store.Account(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		a.failErr(c, err, codeAccountNotFound)
+		return
+	}
+	c.JSON(http.StatusOK, acc)
+}
+
+// getLedger: GET /api/accounts/:id/ledger -> 200 [Entry].
+func (a *App) getLedger(c *gin.Context) {
+	entries, err := a.store.Ledger(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		a.failErr(c, err, codeAccountNotFound)
+		return
+	}
+	c.JSON(http.StatusOK, entries)
+}
+
+type amountRequest struct {
+	Amount int64 `json:"amount"`
+}
+
+// withdraw: POST /api/accounts/:id/withdraw {"amount"} -> 200 {"balance"}. The naive
+// steps: read the balance, pay out through the provider, write the balance, append to the
+// ledger. Protected, the route holds the account:{id} lock around all of them.
+func (a *App) withdraw(c *gin.Context) {
+	var req amountRequest
+	if !bindJSON(c, &req) {
+		return
+	}
+	if req.Amount <= 0 {
+		fail(c, http.StatusBadRequest, codeInvalidAmount)
+		return
+	}
+	ctx, id := c.Request.Context(), c.Param("id")
+	snap, err := a.store.ReadBalance(ctx, id)
+	if err != nil {
+		a.failErr(c, err, codeAccountNotFound)
+		return
+	}
+	if snap.Balance < req.Amount {
+		fail(c, http.StatusPaymentRequired, codeInsufficientFunds)
+		return
+	}
+	balance := snap.Balance - req.Amount
+	err = a.provider.Call(ctx)
+	if err == nil {
+		err = a.store.WriteBalance(ctx, id, snap, balance)
+	}
+	if err == nil {
+		err = a.store.Append(ctx, Entry{AccountID: id, Kind: KindWithdraw, Amount: req.Amount, BasedOn: snap.Version})
+	}
+	if err != nil {
+		a.failErr(c, err, codeAccountNotFound)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"balance": balance})
+}
+
+// health: GET /healthz -> 200 when Redis and the database answer, 503 otherwise.
+func (a *App) health(c *gin.Context) {
+	ctx := c.Request.Context()
+	if err := a.rdb.Ping(ctx).Err(); err != nil {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "redis down", "error": err.Error()})
+		return
+	}
+	if err := a.store.Ping(ctx); err != nil {
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "db down", "error": err.Error()})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ok", "protected": a.protected})
+}

@@ -1,0 +1,94 @@
+package shop
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+
+	_ "modernc.org/sqlite" // pure-Go SQLite driver, registered as "sqlite"
+)
+
+// ErrNotFound is returned for an account or order id the store does not hold.
+var ErrNotFound = errors.New("shop: not found")
+
+// Store is the shop's ledger database: accounts, orders and ledger entries in SQLite.
+//
+// Its methods are single statements on purpose. The handlers call them in separate steps
+// (read the balance, call the provider, write the balance, append to the ledger) the way a
+// naive service does, so concurrent requests interleave between the steps unless a lock
+// serializes them.
+type Store struct {
+	db *sql.DB
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS accounts (
+	id      TEXT PRIMARY KEY,
+	owner   TEXT NOT NULL,
+	balance INTEGER NOT NULL,
+	version INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS orders (
+	id         TEXT PRIMARY KEY,
+	account_id TEXT NOT NULL REFERENCES accounts(id),
+	amount     INTEGER NOT NULL,
+	status     TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ledger (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	account_id TEXT NOT NULL REFERENCES accounts(id),
+	order_id   TEXT NOT NULL DEFAULT '',
+	kind       TEXT NOT NULL,
+	amount     INTEGER NOT NULL,
+	based_on   INTEGER NOT NULL,
+	at         TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ledger_account ON ledger(account_id, seq);
+`
+
+// OpenStore opens (creating if needed) the SQLite database at path and its schema.
+// The database uses WAL and a busy timeout; the pool is one connection because SQLite
+// has one writer anyway, and it keeps SQLITE_BUSY out of the demo: the races the demo
+// shows come from the handlers' separate steps, not from the database.
+func OpenStore(ctx context.Context, path string) (*Store, error) {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(5000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)") // WAL: durable at checkpoints, no fsync per commit
+	q.Add("_pragma", "foreign_keys(1)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("shop: open %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	if _, err := db.ExecContext(ctx, schema); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("shop: create schema in %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// newID returns a random id such as "acc_3f9c0a1b2c4d5e6f".
+func newID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// notFound maps sql.ErrNoRows to ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
