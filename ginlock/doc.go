@@ -1,0 +1,56 @@
+// Package ginlock is Gin middleware that runs a handler under a distributed lock, so that a
+// payment is not made twice and two deductions from one account never interleave. It
+// translates between Gin and the two packages that do the work: keyfunc derives the lock key
+// from the request, dlock holds the lock in Redis.
+//
+//	type userKey struct{} // set by the auth middleware
+//
+//	payKey := keyfunc.Join(keyfunc.IdempotencyKey()).
+//		Scope(keyfunc.ContextValue(userKey{}).Named("user"))
+//	r.POST("/payments", ginlock.New(locks, payKey), createPayment)
+//
+//	accountKey := keyfunc.MustTemplate("account:{id}", map[string]keyfunc.Part{"id": keyfunc.Param("id")})
+//	r.POST("/accounts/:id/withdraw", ginlock.New(locks, accountKey, ginlock.WithWait(2*time.Second)), withdraw)
+//
+// For each request the middleware derives the key (400 or 413 when it cannot), takes the lock
+// (409 with Retry-After when it is busy, 503 when Redis is down), runs the rest of the chain
+// with the lock's context in c.Request, and releases the lock when the chain returns or
+// panics. See New for every status it answers with.
+//
+// # Idempotent replay
+//
+// When the key uses the Idempotency-Key header (or with WithReplay), the response of a
+// completed request is stored under the key, scoped by method and route, and replayed to
+// later requests with the same key and the same fingerprint (method, route and canonical
+// body), marked Idempotent-Replayed: true; a request with the same key and another
+// fingerprint gets 422. Storing uses dlock's completion records: the lookup is part of the
+// acquisition and the store is part of the release, so a request costs two Redis round trips
+// with or without replay, and a duplicate arriving while the response is being stored can
+// never run the handler again.
+//
+// # Guarantees
+//
+//   - The handler runs only while the lock is held; with replay, it runs at most once per
+//     key and retention, except after a response that is not stored (5xx by default, a body
+//     over WithMaxReplayBody, a panic, a lost lock), whose retry runs it again.
+//   - The handler's context (c.Request.Context()) carries the lock: a nested dlock Acquire
+//     of the same key on the same Client re-enters it, and the context is cancelled with
+//     cause dlock.ErrLockLost when the lock is lost.
+//   - The middleware releases only locks it obtained, also on panic, and restores the
+//     original request context and writer when the chain returns.
+//   - Redis unavailable means 503 and no handler (fail closed), unless WithFailOpen.
+//   - Keys and their values never appear in telemetry, logs or error bodies; only a hash.
+//
+// # Limits
+//
+//   - Keys are only as scoped as the key function makes them: scope them by the caller
+//     (user or tenant) with keyfunc.Func.Scope, or two users choosing the same
+//     Idempotency-Key share a lock and a stored response.
+//   - The stored response is what the handler chain after the middleware wrote. A response
+//     written by middleware placed before ginlock, after the chain returned, is not seen.
+//   - A lost lock is detected by dlock's watchdog, not instantly; work that must not
+//     overlap a successor should pass the fencing token (FromContext(c).Token()) to the
+//     resource it writes.
+//   - When storing the response fails (Redis down after the handler ran) the lock expires at
+//     the end of its lease and a retry runs the handler again.
+package ginlock

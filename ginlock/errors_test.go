@@ -1,0 +1,147 @@
+package ginlock_test
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/ginlock"
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+// orderKey locks one order of one user, from a JSON body field.
+var orderKey = keyfunc.MustTemplate("order:{order}", map[string]keyfunc.Part{"order": keyfunc.JSON("order.id")}).
+	Scope(keyfunc.ContextValue(userKey{}).Named("user"))
+
+func TestRejections(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	h := func(c *gin.Context) { runs.Add(1); c.Status(http.StatusOK) }
+	r.POST("/payments", ginlock.New(e.locks, payKey, ginlock.WithMaxBody(64)), h)
+	r.POST("/orders", ginlock.New(e.locks, orderKey, ginlock.WithMaxBody(64)), h)
+
+	big := `{"pad":"` + strings.Repeat("x", 100) + `"}`
+	for _, tc := range []struct {
+		name   string
+		q      req
+		status int
+		part   string
+	}{
+		{"missing Idempotency-Key", req{path: "/payments", user: "alice"}, 400, "Idempotency-Key"},
+		{"missing user", req{path: "/payments", key: "k1"}, 400, "user"},
+		{"Idempotency-Key too long", req{path: "/payments", user: "alice", key: strings.Repeat("k", 256)}, 400, "Idempotency-Key"},
+		{"Idempotency-Key with control bytes", req{path: "/payments", user: "alice", key: "k\x01y"}, 400, "Idempotency-Key"},
+		{"Idempotency-Key bad sf-string", req{path: "/payments", user: "alice", key: `"open`}, 400, "Idempotency-Key"},
+		{"malformed JSON for a required field", req{path: "/orders", user: "alice", body: `{"order":`}, 400, "order"},
+		{"missing body field", req{path: "/orders", user: "alice", body: `{"order":{}}`}, 400, "order"},
+		{"body over the cap for the key", req{path: "/orders", user: "alice", body: big}, 413, "order"},
+		{"body over the cap for the fingerprint", req{path: "/payments", user: "alice", key: "k2", body: big}, 413, "body"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := wantProblem(t, do(r, tc.q), tc.status)
+			if p.Part != tc.part || !strings.Contains(p.Detail, tc.part) {
+				t.Fatalf("problem %+v, want it to name part %q", p, tc.part)
+			}
+		})
+	}
+	if runs.Load() != 0 {
+		t.Fatalf("handler ran %d times for rejected requests", runs.Load())
+	}
+	if keys := e.redisKeys(t, "*"); len(keys) != 0 {
+		t.Fatalf("rejected requests touched Redis: %v", keys)
+	}
+}
+
+func TestRedisDown(t *testing.T) {
+	e := setup(t)
+	var logs bytes.Buffer
+	r := router()
+	var runs atomic.Int32
+	h := func(c *gin.Context) { runs.Add(1); c.Status(http.StatusCreated) }
+	r.POST("/closed", ginlock.New(e.locks, payKey), h)
+	r.POST("/open", ginlock.New(e.locks, payKey, ginlock.WithFailOpen(),
+		ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))), h)
+	if err := e.srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	w := do(r, req{path: "/closed", user: "alice", key: idemKey(t)})
+	wantProblem(t, w, http.StatusServiceUnavailable)
+	if w.Header().Get("Retry-After") == "" {
+		t.Error("503 without Retry-After")
+	}
+	if strings.Contains(w.Body.String(), e.srv.Addr()) {
+		t.Errorf("problem body leaks the Redis error: %s", w.Body)
+	}
+	if runs.Load() != 0 {
+		t.Fatal("handler ran while failing closed")
+	}
+
+	if w := do(r, req{path: "/open", user: "alice", key: idemKey(t)}); w.Code != http.StatusCreated || runs.Load() != 1 {
+		t.Fatalf("fail-open: %d after %d runs, want 201 after 1", w.Code, runs.Load())
+	}
+	if !strings.Contains(logs.String(), "fail-open") {
+		t.Fatalf("fail-open not logged: %q", logs.String())
+	}
+}
+
+func TestErrorHandler(t *testing.T) {
+	e := setup(t)
+	r := router()
+	type seen struct {
+		status int
+		err    error
+	}
+	var got seen
+	r.POST("/payments", ginlock.New(e.locks, payKey, ginlock.WithErrorHandler(func(c *gin.Context, status int, err error) {
+		got = seen{status, err}
+		c.JSON(status, gin.H{"error": "nope"})
+	})), func(c *gin.Context) { c.Status(http.StatusOK) })
+	w := do(r, req{path: "/payments", user: "alice"})
+	var pe *keyfunc.PartError
+	if w.Code != http.StatusBadRequest || w.Body.String() != `{"error":"nope"}` || got.status != 400 ||
+		!errors.As(got.err, &pe) || !errors.Is(got.err, keyfunc.ErrMissing) {
+		t.Fatalf("got %d %s, handler saw %+v", w.Code, w.Body, got)
+	}
+
+	// Mismatch reaches the handler as ErrMismatch.
+	key := idemKey(t)
+	do(r, req{path: "/payments", user: "alice", key: key, body: `{"a":1}`})
+	do(r, req{path: "/payments", user: "alice", key: key, body: `{"a":2}`})
+	if got.status != http.StatusUnprocessableEntity || !errors.Is(got.err, ginlock.ErrMismatch) {
+		t.Fatalf("handler saw %+v, want 422 ErrMismatch", got)
+	}
+}
+
+func TestNewPanicsOnNil(t *testing.T) {
+	e := setup(t)
+	for name, f := range map[string]func(){
+		"client": func() { ginlock.New(nil, payKey) },
+		"key":    func() { ginlock.New(e.locks, nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if msg, _ := recover().(string); !strings.Contains(msg, "nil") {
+					t.Fatalf("recovered %q, want a panic naming the nil argument", msg)
+				}
+			}()
+			f()
+		})
+	}
+}
+
+func TestClosedClient(t *testing.T) {
+	e := setup(t)
+	r := router()
+	r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) { c.Status(http.StatusOK) })
+	_ = e.locks.Close()
+	w := do(r, req{path: "/payments", user: "alice", key: idemKey(t)})
+	wantProblem(t, w, http.StatusServiceUnavailable)
+}

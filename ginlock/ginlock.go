@@ -1,0 +1,213 @@
+package ginlock
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+// releaseTimeout bounds the release or store after the handler. It does not follow the
+// request context: a client that went away must not leave the lock held until its lease ends.
+const releaseTimeout = 5 * time.Second
+
+// retryAfter is the Retry-After value, in seconds, sent with 409 (busy) and 503.
+const retryAfter = "1"
+
+// New returns a middleware that runs the rest of the chain under the lock of the key derived
+// by key from each request, on client. Use it per route or per group. Responses it makes
+// itself, and the cause given to the error handler:
+//
+//   - 400: the key could not be derived (*keyfunc.PartError naming the part);
+//   - 413: the body is over WithMaxBody (matches keyfunc.ErrBodyTooLarge);
+//   - 409 with Retry-After: the lock is busy (matches dlock.ErrNotObtained), or the lock was
+//     lost while the handler ran and the handler had written nothing (dlock.ErrLockLost);
+//   - 422: replay only, the key's stored response belongs to another fingerprint (ErrMismatch);
+//   - 503 with Retry-After: the lock store is unavailable or the client closed
+//     (dlock.ErrUnavailable, dlock.ErrClosed), unless WithFailOpen;
+//   - 500: a key dlock refuses (dlock.ErrInvalidKey) or an unreadable record (ErrBadRecord).
+//
+// With replay on, the key is scoped by method and route on top of the key function's own
+// scope; add the caller (keyfunc.ContextValue in Func.Scope) so that users never share keys.
+// New panics if client or key is nil: that is a programming error, found at start-up.
+func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFunc {
+	if client == nil {
+		panic("ginlock: New with a nil *dlock.Client")
+	}
+	if key == nil {
+		panic("ginlock: New with a nil *keyfunc.Func")
+	}
+	cfg := newConfig(opts)
+	m := &middleware{client: client, key: key, cfg: cfg, tel: newTelemetry(&cfg)}
+	m.replay = cfg.replay == replayOn || cfg.replay == replayAuto && key.UsesIdempotencyKey()
+	if m.replay {
+		m.key = key.Scope(keyfunc.Meta(keyfunc.MetaMethod).Named("method"),
+			keyfunc.Meta(keyfunc.MetaRoute).Named("route").Optional())
+		m.acquireOpts = append(m.acquireOpts, dlock.SkipCompleted())
+	}
+	if cfg.ttl > 0 {
+		m.acquireOpts = append(m.acquireOpts, dlock.WithTTL(cfg.ttl))
+	}
+	return m.handle
+}
+
+type middleware struct {
+	client      *dlock.Client
+	key         *keyfunc.Func
+	cfg         config
+	tel         *telemetry
+	replay      bool
+	acquireOpts []dlock.AcquireOption
+}
+
+type lockKey struct{}
+
+// FromContext returns the lock the middleware holds for the current request, for its fencing
+// token (dlock.Lock.Token) or key. It is nil outside the handler chain of a locked request
+// (skipped, fail-open, or after the middleware returned).
+func FromContext(c *gin.Context) *dlock.Lock {
+	v, _ := c.Get(lockKey{})
+	lk, _ := v.(*dlock.Lock)
+	return lk
+}
+
+func (m *middleware) handle(c *gin.Context) {
+	if m.cfg.skip != nil && m.cfg.skip(c) {
+		c.Next()
+		return
+	}
+	route := c.FullPath()
+	origCtx := c.Request.Context()
+
+	src := NewSource(c, m.cfg.maxBody)
+	key, err := m.key.Key(src)
+	var fp [sha256.Size]byte
+	if err == nil && m.replay {
+		fp, err = fingerprint(c, src)
+	}
+	if err != nil {
+		status := keyStatus(err)
+		outcome := OutcomeInvalid
+		if status == http.StatusInternalServerError {
+			outcome = OutcomeError
+		}
+		m.tel.end(origCtx, nil, route, outcome, false, nil)
+		m.reject(c, status, err)
+		return
+	}
+
+	ctx, span := m.tel.start(origCtx, route, key)
+	lock, err := m.acquire(ctx, key)
+	var done *dlock.CompletedError
+	switch {
+	case err == nil:
+		m.tel.end(ctx, span, route, OutcomeObtained, false, nil)
+		m.run(c, origCtx, lock, fp)
+	case errors.As(err, &done):
+		rec, derr := unmarshalRecord(done.Record)
+		switch {
+		case derr != nil:
+			m.tel.end(ctx, span, route, OutcomeError, false, derr)
+			m.cfg.log.ErrorContext(origCtx, "ginlock: unreadable replay record", "key_hash", hashKey(key), "route", route)
+			m.reject(c, http.StatusInternalServerError, derr)
+		case rec.fingerprint != fp:
+			m.tel.end(ctx, span, route, OutcomeMismatch, false, nil)
+			m.reject(c, http.StatusUnprocessableEntity, ErrMismatch)
+		default:
+			m.tel.end(ctx, span, route, OutcomeReplayed, false, nil)
+			replay(c, rec)
+		}
+	case errors.Is(err, dlock.ErrNotObtained):
+		m.tel.end(ctx, span, route, OutcomeBusy, false, nil)
+		c.Header("Retry-After", retryAfter)
+		m.reject(c, http.StatusConflict, err)
+	case errors.Is(err, dlock.ErrUnavailable) && m.cfg.failOpen:
+		m.tel.end(ctx, span, route, OutcomeUnavailable, true, err)
+		m.cfg.log.WarnContext(origCtx, "ginlock: lock store unavailable, running the handler without a lock (fail-open)",
+			"key_hash", hashKey(key), "route", route, "error", err)
+		c.Next()
+	case errors.Is(err, dlock.ErrUnavailable), errors.Is(err, dlock.ErrClosed):
+		m.tel.end(ctx, span, route, OutcomeUnavailable, false, err)
+		c.Header("Retry-After", retryAfter)
+		m.reject(c, http.StatusServiceUnavailable, err)
+	default:
+		m.tel.end(ctx, span, route, OutcomeError, false, err)
+		m.cfg.log.ErrorContext(origCtx, "ginlock: lock refused", "key_hash", hashKey(key), "route", route, "error", err)
+		m.reject(c, http.StatusInternalServerError, err)
+	}
+}
+
+// acquire takes the lock at once, or waits up to WithWait and the request's context.
+func (m *middleware) acquire(ctx context.Context, key string) (*dlock.Lock, error) {
+	if m.cfg.wait <= 0 {
+		return m.client.TryAcquire(ctx, key, m.acquireOpts...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.wait)
+	defer cancel()
+	return m.client.Acquire(ctx, key, m.acquireOpts...)
+}
+
+// reject renders an error response through the error handler and stops the chain.
+func (m *middleware) reject(c *gin.Context, status int, err error) {
+	m.cfg.onError(c, status, err)
+	c.Abort()
+}
+
+// run calls the rest of the chain under lock, then stores the response or releases the lock,
+// also when the chain panics (the panic goes on to gin's recovery, nothing is stored).
+func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lock, fp [sha256.Size]byte) {
+	origWriter := c.Writer
+	var rec *recorder
+	if m.replay {
+		rec = newRecorder(origWriter, m.cfg.headers, m.cfg.maxReplayBody)
+		c.Writer = rec
+	}
+	c.Set(lockKey{}, lock)
+	c.Request = c.Request.WithContext(dlock.WithLock(origCtx, lock))
+
+	returned := false
+	defer func() {
+		c.Request = c.Request.WithContext(origCtx)
+		c.Writer = origWriter
+		c.Set(lockKey{}, (*dlock.Lock)(nil))
+		m.finish(c, origCtx, lock, rec, fp, returned)
+	}()
+	c.Next()
+	returned = true
+}
+
+// finish ends the hold: Complete (store and release in one step) for a storable response,
+// Release otherwise. Nothing is stored after a panic or once the lock was lost.
+func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock.Lock, rec *recorder,
+	fp [sha256.Size]byte, returned bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(origCtx), releaseTimeout)
+	defer cancel()
+	if lost := lock.Err(); lost != nil {
+		m.cfg.log.WarnContext(origCtx, "ginlock: lock lost while the handler ran; response not stored",
+			"key_hash", hashKey(lock.Key()), "route", c.FullPath(), "error", lost)
+		if returned && !c.Writer.Written() {
+			m.reject(c, http.StatusConflict, lost)
+		}
+		return
+	}
+	if returned && rec != nil && m.cfg.storable(rec.ResponseWriter.Status()) {
+		if r, ok := rec.record(); ok {
+			r.fingerprint = fp
+			if err := lock.Complete(ctx, r.marshal(), m.cfg.retention); err != nil {
+				m.cfg.log.WarnContext(origCtx, "ginlock: storing the response failed", "key_hash", hashKey(lock.Key()),
+					"route", c.FullPath(), "error", err)
+			}
+			return
+		}
+	}
+	if err := lock.Release(ctx); err != nil {
+		m.cfg.log.WarnContext(origCtx, "ginlock: release failed", "key_hash", hashKey(lock.Key()),
+			"route", c.FullPath(), "error", err)
+	}
+}

@@ -1,0 +1,93 @@
+package ginlock
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+// ProblemContentType is the media type of the default error responses (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+var (
+	// ErrMismatch is the cause of a 422: the key already has a stored response for a request
+	// with another fingerprint (method, route or body).
+	ErrMismatch = errors.New("ginlock: key reused for a different request")
+
+	// ErrBadRecord is the cause of a 500 when a stored response cannot be decoded (written by
+	// an incompatible version, or not by this package).
+	ErrBadRecord = errors.New("ginlock: unreadable replay record")
+)
+
+// problem is an RFC 9457 problem details object. Part names the key part that failed, for
+// 400 and 413.
+type problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+	Part   string `json:"part,omitempty"`
+}
+
+// DefaultErrorHandler writes an application/problem+json body (type "about:blank", the
+// status text as title, a detail naming the failed key part when there is one) and aborts.
+// Its details never include Redis errors or key values. Custom error handlers may call it.
+func DefaultErrorHandler(c *gin.Context, status int, err error) {
+	p := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail(status, err)}
+	var pe *keyfunc.PartError
+	if errors.As(err, &pe) {
+		p.Part = pe.Part
+	}
+	body, _ := json.Marshal(p) // cannot fail: strings and an int
+	c.Data(status, ProblemContentType, body)
+	c.Abort()
+}
+
+// detail is the client-facing explanation of err.
+func detail(status int, err error) string {
+	var (
+		pe  *keyfunc.PartError
+		big *bodyTooLargeError
+	)
+	switch {
+	case errors.As(err, &big) && errors.As(err, &pe):
+		return fmt.Sprintf("Request part %q: the body is larger than the limit of %d bytes.", pe.Part, big.limit)
+	case errors.As(err, &big):
+		return fmt.Sprintf("The request body is larger than the limit of %d bytes.", big.limit)
+	case errors.As(err, &pe):
+		msg := "invalid value"
+		if pe.Err != nil {
+			msg = strings.TrimPrefix(pe.Err.Error(), "keyfunc: ")
+		}
+		return fmt.Sprintf("Request part %q: %s.", pe.Part, msg)
+	case errors.Is(err, dlock.ErrLockLost):
+		return "The request lost its lock before it finished; its response was not recorded."
+	case errors.Is(err, dlock.ErrNotObtained):
+		return "Another request with the same key is in progress; retry later."
+	case errors.Is(err, ErrMismatch):
+		return "This key was already used for a request with a different method, route or body."
+	case status == http.StatusServiceUnavailable:
+		return "The lock service is unavailable; retry later."
+	}
+	return "The request could not be processed."
+}
+
+// keyStatus maps an error of keyfunc.Func.Key to its status: 413 for a body over the cap,
+// 400 for anything else the request got wrong, 500 for an error outside any part.
+func keyStatus(err error) int {
+	var pe *keyfunc.PartError
+	switch {
+	case errors.Is(err, keyfunc.ErrBodyTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.As(err, &pe):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,194 @@
+package ginlock
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+// Source is the keyfunc.Source of a Gin request. It serves
+//
+//   - KindParam: path parameters (c.Params);
+//   - KindQuery: the first value of a query parameter;
+//   - KindHeader: the first value of a request header;
+//   - KindForm: fields of a multipart/form-data body (files are ignored); keyfunc itself
+//     parses application/x-www-form-urlencoded bodies;
+//   - KindMeta: keyfunc.MetaMethod, keyfunc.MetaRoute (c.FullPath(), absent for unmatched
+//     routes) and keyfunc.MetaPath;
+//   - Context: the request context, except that string keys are looked up in the Gin
+//     context's Keys first (c.Set), so keyfunc.ContextValue("user") reads what an auth
+//     middleware stored with c.Set("user", id);
+//   - Body: the request body, read once and at most the cap, then put back in
+//     c.Request.Body and under gin.BodyBytesKey so c.ShouldBindBodyWith reuses it.
+//
+// A Source belongs to one request and is not safe for concurrent use.
+type Source struct {
+	c       *gin.Context
+	maxBody int64
+
+	bodyRead bool
+	body     []byte
+	bodyErr  error
+
+	formRead bool
+	form     url.Values
+}
+
+var _ keyfunc.Source = (*Source)(nil)
+
+// NewSource returns the Source of c, reading at most maxBody bytes of body (<= 0:
+// DefaultMaxBody). Handlers can use it to derive the keys of nested locks the same way the
+// middleware does.
+func NewSource(c *gin.Context, maxBody int64) *Source {
+	if maxBody <= 0 {
+		maxBody = DefaultMaxBody
+	}
+	return &Source{c: c, maxBody: maxBody}
+}
+
+// Context returns the request context, with string keys looked up in c.Keys first.
+func (s *Source) Context() context.Context {
+	return ginValues{Context: s.c.Request.Context(), c: s.c}
+}
+
+// ginValues resolves string keys the way gin.Context.Value does, without requiring the
+// engine's ContextWithFallback.
+type ginValues struct {
+	context.Context
+	c *gin.Context
+}
+
+func (v ginValues) Value(key any) any {
+	if k, ok := key.(string); ok {
+		if val, ok := v.c.Get(k); ok {
+			return val
+		}
+	}
+	return v.Context.Value(key)
+}
+
+// Value returns the named value of kind; see Source for what each kind reads.
+func (s *Source) Value(kind keyfunc.Kind, name string) (string, bool) {
+	c := s.c
+	switch kind {
+	case keyfunc.KindParam:
+		return c.Params.Get(name)
+	case keyfunc.KindQuery:
+		return c.GetQuery(name)
+	case keyfunc.KindHeader:
+		if vs := c.Request.Header.Values(name); len(vs) > 0 {
+			return vs[0], true
+		}
+	case keyfunc.KindForm:
+		if vs := s.multipartForm()[name]; len(vs) > 0 {
+			return vs[0], true
+		}
+	case keyfunc.KindMeta:
+		switch name {
+		case keyfunc.MetaMethod:
+			return c.Request.Method, true
+		case keyfunc.MetaRoute:
+			route := c.FullPath()
+			return route, route != ""
+		case keyfunc.MetaPath:
+			return c.Request.URL.Path, true
+		}
+	}
+	return "", false
+}
+
+// bodyTooLargeError reports a body over the cap; it matches keyfunc.ErrBodyTooLarge.
+type bodyTooLargeError struct{ limit int64 }
+
+func (e *bodyTooLargeError) Error() string {
+	return fmt.Sprintf("ginlock: request body larger than %d bytes", e.limit)
+}
+
+func (e *bodyTooLargeError) Is(target error) bool { return target == keyfunc.ErrBodyTooLarge }
+
+// Body reads the request body once. Over the cap it returns an error matching
+// keyfunc.ErrBodyTooLarge and leaves the body consumed (the middleware answers 413).
+func (s *Source) Body() ([]byte, error) {
+	if s.bodyRead {
+		return s.body, s.bodyErr
+	}
+	s.bodyRead = true
+	s.body, s.bodyErr = s.readBody()
+	return s.body, s.bodyErr
+}
+
+func (s *Source) readBody() ([]byte, error) {
+	c := s.c
+	if v, ok := c.Get(gin.BodyBytesKey); ok {
+		if b, ok := v.([]byte); ok {
+			if int64(len(b)) > s.maxBody {
+				return nil, &bodyTooLargeError{s.maxBody}
+			}
+			return b, nil
+		}
+	}
+	req := c.Request
+	if req.ContentLength > s.maxBody {
+		return nil, &bodyTooLargeError{s.maxBody}
+	}
+	var b []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		var err error
+		b, err = io.ReadAll(io.LimitReader(req.Body, s.maxBody+1))
+		if err != nil {
+			return nil, fmt.Errorf("ginlock: read request body: %w", err)
+		}
+		if int64(len(b)) > s.maxBody {
+			return nil, &bodyTooLargeError{s.maxBody}
+		}
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	if b == nil {
+		b = []byte{}
+	}
+	c.Set(gin.BodyBytesKey, b)
+	return b, nil
+}
+
+// multipartForm parses the fields of a multipart/form-data body from the capped body; any
+// failure leaves the form empty, and keyfunc then reports the field as missing or the body
+// as unreadable.
+func (s *Source) multipartForm() url.Values {
+	if s.formRead {
+		return s.form
+	}
+	s.formRead = true
+	mt, params, err := mime.ParseMediaType(s.c.GetHeader("Content-Type"))
+	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
+		return nil
+	}
+	body, err := s.Body()
+	if err != nil {
+		return nil
+	}
+	form := url.Values{}
+	r := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		p, err := r.NextPart()
+		if err != nil {
+			break
+		}
+		if name := p.FormName(); name != "" && p.FileName() == "" {
+			if v, err := io.ReadAll(p); err == nil {
+				form.Add(name, string(v))
+			}
+		}
+		_ = p.Close()
+	}
+	s.form = form
+	return form
+}
