@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -115,7 +116,7 @@ func (c *Cluster) create(cli string, replicas int) error {
 }
 
 func (s *Server) role(ctx context.Context) (string, error) {
-	rdb := redis.NewClient(s.Options())
+	rdb := s.adminClient()
 	defer rdb.Close()
 	v, err := rdb.Do(ctx, "ROLE").Slice()
 	if err != nil || len(v) == 0 {
@@ -129,33 +130,120 @@ func (s *Server) role(ctx context.Context) (string, error) {
 func (c *Cluster) waitReady(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	clients := make(map[*Server]*redis.Client, len(c.nodes))
+	replica := make(map[*Server]bool, len(c.Replicas))
+	for _, n := range c.Replicas {
+		replica[n] = true
+	}
+	err := c.poll(ctx, c.nodes, func(ctx context.Context, clients map[*Server]*redis.Client) error {
+		return c.readyOnce(ctx, clients, replica)
+	})
+	if err != nil {
+		return fmt.Errorf("redistest: cluster not ready within %v: %w", timeout, err)
+	}
+	return nil
+}
+
+// WaitOK waits until every running node reports cluster_state:ok and all
+// running nodes agree on one slot map in which a running master serves every
+// slot. Use it after a fault: a killed master whose replica takes over (a
+// node-timeout of 2s plus an election), a restarted node rejoining. It
+// returns the last reason it was not ok when ctx ends.
+func (c *Cluster) WaitOK(ctx context.Context) error {
+	running := map[string]bool{}
+	var nodes []*Server
 	for _, n := range c.nodes {
-		clients[n] = redis.NewClient(n.Options())
+		if n.PID() != 0 {
+			running[n.Addr()] = true
+			nodes = append(nodes, n)
+		}
+	}
+	want := map[string]string{"cluster_state": "ok", "cluster_slots_ok": "16384"}
+	err := c.poll(ctx, nodes, func(ctx context.Context, clients map[*Server]*redis.Client) error {
+		var first string
+		for n, rdb := range clients {
+			if err := checkClusterInfo(ctx, n, rdb, want); err != nil {
+				return err
+			}
+			slots, err := slotMap(ctx, rdb, running)
+			if err != nil {
+				return fmt.Errorf("%s: %w", n.Addr(), err)
+			}
+			if first == "" {
+				first = slots
+			} else if slots != first {
+				return fmt.Errorf("nodes disagree on the slot map:\n%s\n%s", first, slots)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redistest: cluster not ok: %w", err)
+	}
+	return nil
+}
+
+// slotMap renders one node's CLUSTER SLOTS as sorted "start-end addr" lines,
+// failing unless running masters serve all 16384 slots.
+func slotMap(ctx context.Context, rdb *redis.Client, running map[string]bool) (string, error) {
+	ranges, err := rdb.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", fmt.Errorf("CLUSTER SLOTS: %w", err)
+	}
+	covered := 0
+	lines := make([]string, 0, len(ranges))
+	for _, r := range ranges {
+		if len(r.Nodes) == 0 || !running[r.Nodes[0].Addr] {
+			return "", fmt.Errorf("slots %d-%d have no running master", r.Start, r.End)
+		}
+		covered += int(r.End - r.Start + 1)
+		lines = append(lines, fmt.Sprintf("%05d-%05d %s", r.Start, r.End, r.Nodes[0].Addr))
+	}
+	if covered != 16384 {
+		return "", fmt.Errorf("running masters serve %d of 16384 slots", covered)
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n"), nil
+}
+
+// poll runs check with a client per node every 50ms until it passes or ctx
+// ends; it returns check's last error joined with ctx's.
+func (c *Cluster) poll(ctx context.Context, nodes []*Server, check func(context.Context, map[*Server]*redis.Client) error) error {
+	clients := make(map[*Server]*redis.Client, len(nodes))
+	for _, n := range nodes {
+		clients[n] = n.adminClient()
 	}
 	defer func() {
 		for _, rdb := range clients {
 			_ = rdb.Close()
 		}
 	}()
-	replica := make(map[*Server]bool, len(c.Replicas))
-	for _, n := range c.Replicas {
-		replica[n] = true
-	}
-
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		err := c.readyOnce(ctx, clients, replica)
+		err := check(ctx, clients)
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redistest: cluster not ready within %v: %w", timeout, err)
+			return errors.Join(err, ctx.Err())
 		case <-tick.C:
 		}
 	}
+}
+
+func checkClusterInfo(ctx context.Context, n *Server, rdb *redis.Client, want map[string]string) error {
+	info, err := rdb.ClusterInfo(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("CLUSTER INFO on %s: %w", n.Addr(), err)
+	}
+	fields := infoFields(info)
+	for k, v := range want {
+		if fields[k] != v {
+			return fmt.Errorf("%s has %s:%s, want %s", n.Addr(), k, fields[k], v)
+		}
+	}
+	return nil
 }
 
 func (c *Cluster) readyOnce(ctx context.Context, clients map[*Server]*redis.Client, replica map[*Server]bool) error {
@@ -166,15 +254,8 @@ func (c *Cluster) readyOnce(ctx context.Context, clients map[*Server]*redis.Clie
 		"cluster_known_nodes":    strconv.Itoa(len(c.nodes)),
 	}
 	for n, rdb := range clients {
-		info, err := rdb.ClusterInfo(ctx).Result()
-		if err != nil {
-			return fmt.Errorf("CLUSTER INFO on %s: %w", n.Addr(), err)
-		}
-		fields := infoFields(info)
-		for k, v := range want {
-			if fields[k] != v {
-				return fmt.Errorf("%s has %s:%s, want %s", n.Addr(), k, fields[k], v)
-			}
+		if err := checkClusterInfo(ctx, n, rdb, want); err != nil {
+			return err
 		}
 		nodes, err := rdb.ClusterNodes(ctx).Result()
 		if err != nil {
@@ -237,6 +318,49 @@ func infoFields(s string) map[string]string {
 		}
 	}
 	return m
+}
+
+// MasterOf returns the node that serves key's hash slot now (after a
+// failover that may be a node listed in Replicas). It asks a running node.
+func (c *Cluster) MasterOf(ctx context.Context, key string) (*Server, error) {
+	var lastErr error
+	for _, n := range c.nodes {
+		if n.PID() == 0 {
+			continue
+		}
+		addr, err := n.slotOwner(ctx, key)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		for _, m := range c.nodes {
+			if m.Addr() == addr {
+				return m, nil
+			}
+		}
+		return nil, fmt.Errorf("redistest: slot of %q is served by %s, not a node of this cluster", key, addr)
+	}
+	return nil, fmt.Errorf("redistest: no node answered for %q: %w", key, lastErr)
+}
+
+// slotOwner asks this node which address serves key's slot.
+func (s *Server) slotOwner(ctx context.Context, key string) (string, error) {
+	rdb := s.adminClient()
+	defer rdb.Close()
+	slot, err := rdb.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return "", fmt.Errorf("redistest: CLUSTER KEYSLOT on %s: %w", s.Addr(), err)
+	}
+	ranges, err := rdb.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", fmt.Errorf("redistest: CLUSTER SLOTS on %s: %w", s.Addr(), err)
+	}
+	for _, r := range ranges {
+		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+			return r.Nodes[0].Addr, nil
+		}
+	}
+	return "", fmt.Errorf("redistest: %s knows no owner of slot %d", s.Addr(), slot)
 }
 
 // Nodes returns every node, masters and replicas, in start order.

@@ -1,9 +1,12 @@
 package redistest_test
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockguard/lockguard/internal/redistest"
 )
@@ -92,4 +95,64 @@ func countRoles(nodes, role string) int {
 		}
 	}
 	return n
+}
+
+func TestClusterMasterOf(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	ctx := t.Context()
+	rdb := c.Client(t)
+	for i := range 20 {
+		key := fmt.Sprintf("owner:%d", i)
+		if err := rdb.Set(ctx, key, i, 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+		m, err := c.MasterOf(ctx, key)
+		if err != nil {
+			t.Fatalf("MasterOf(%s): %v", key, err)
+		}
+		if n, err := m.Client(t).Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Fatalf("%s not on MasterOf's node %s: EXISTS = %d, %v", key, m.Addr(), n, err)
+		}
+	}
+}
+
+func TestClusterFailover(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t, redistest.WithReplicas(1))
+	ctx := t.Context()
+	rdb := c.Client(t)
+	const key = "failover"
+	old, err := c.MasterOf(ctx, key)
+	if err != nil {
+		t.Fatalf("MasterOf: %v", err)
+	}
+	if err := old.Kill(); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	start := time.Now()
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.WaitOK(waitCtx); err != nil {
+		t.Fatalf("WaitOK after killing a master: %v", err)
+	}
+	t.Logf("cluster ok again %v after the master was killed", time.Since(start))
+	promoted, err := c.MasterOf(ctx, key)
+	if err != nil {
+		t.Fatalf("MasterOf after failover: %v", err)
+	}
+	if promoted == old || !slices.Contains(c.Replicas, promoted) {
+		t.Fatalf("after failover %s serves the slot; want one of the replicas", promoted.Addr())
+	}
+	if err := rdb.Set(ctx, key, "v", 0).Err(); err != nil {
+		t.Fatalf("SET after failover: %v", err)
+	}
+
+	// The old master comes back empty and rejoins as a replica.
+	if err := old.Restart(); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if err := c.WaitOK(waitCtx); err != nil {
+		t.Fatalf("WaitOK after restarting the old master: %v", err)
+	}
 }

@@ -16,16 +16,23 @@
 // its cluster bus port (port+10000) stays below the Linux ephemeral range. It
 // runs with no persistence (--save "" --appendonly no) in its own temporary
 // directory, which also holds its log; a start failure reports the log tail.
-// A start that loses its port to another process (package test binaries run
-// concurrently) retries on another port.
+// Package test binaries run concurrently, so a server holds a per-user lock
+// file on its port until Close (a Restart finds its port still free), and a
+// start that loses its port to an outside process retries on another port.
+//
+// A cluster (StartCluster) has 3 masters and, with WithReplicas(n), n
+// replicas each, with a 2s cluster-node-timeout so failover tests are quick;
+// after a fault, Cluster.WaitOK waits for a healthy slot map again and
+// Cluster.MasterOf says which node serves a key now.
 //
 // Guarantees: every process is in its own process group and, on Linux, gets
 // SIGKILL when the test binary dies (Pdeathsig), so a crashed or timed-out
 // test leaves no redis-server behind. Start never skips: when redis-server is
 // missing the test fails with a message saying how to install it.
 //
-// Not guaranteed: Restart reuses the port, so it fails if another process
-// took the port while the server was down. Restarting a cluster node keeps
+// Not guaranteed: Restart reuses the port, so it fails if a process outside
+// this package took the port while the server was down. A test binary that
+// crashes leaves its servers' temporary directories behind. Restarting a cluster node keeps
 // its nodes.conf (identity and slots) but not its data. The package needs a
 // Unix system; the Pdeathsig protection is Linux only.
 //

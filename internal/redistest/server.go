@@ -18,7 +18,7 @@ import (
 )
 
 // launchAttempts bounds the retries on another port when a start loses its
-// port to another process.
+// port to a process outside this package.
 const launchAttempts = 10
 
 // stopGrace is how long Stop waits after SIGTERM before it sends SIGKILL.
@@ -32,11 +32,12 @@ var errPortTaken = errors.New("redistest: port taken by another process")
 // directory stay the same across Stop, Kill and Restart until Close. All
 // methods are safe for concurrent use.
 type Server struct {
-	port int
-	dir  string
-	bin  string
-	args []string
-	cfg  config
+	port     int
+	portLock *os.File // flock held until Close; see portLockDir
+	dir      string
+	bin      string
+	args     []string
+	cfg      config
 
 	mu     sync.Mutex
 	proc   *process // nil while the server is down
@@ -102,7 +103,7 @@ func launchN(n int, launch func() (*Server, error)) ([]*Server, error) {
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		closeAll(servers)
+		_ = closeAll(servers)
 		return nil, err
 	}
 	return servers, nil
@@ -131,13 +132,14 @@ func launch(cfg config, extra func(dir string) []string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redistest: temp dir: %w", err)
 	}
-	lastErr := errors.New("redistest: no free port in 20000-22767")
+	var lastErr error
 	for range launchAttempts {
-		port, ok := pickPort()
-		if !ok {
+		port, lock, err := pickPort()
+		if err != nil {
+			lastErr = err
 			break
 		}
-		s := &Server{port: port, dir: dir, bin: bin, cfg: cfg}
+		s := &Server{port: port, portLock: lock, dir: dir, bin: bin, cfg: cfg}
 		s.args = serverArgs(port, dir)
 		if extra != nil {
 			s.args = append(s.args, extra(dir)...)
@@ -146,7 +148,7 @@ func launch(cfg config, extra func(dir string) []string) (*Server, error) {
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
-		releasePort(port)
+		_ = lock.Close()
 		if !errors.Is(lastErr, errPortTaken) {
 			break
 		}
@@ -217,12 +219,18 @@ func (s *Server) Pause(ctx context.Context, d time.Duration) error {
 	return s.do(ctx, "CLIENT", "PAUSE", max(d.Milliseconds(), 1), "ALL")
 }
 
-// do runs one command on a short-lived connection.
-func (s *Server) do(ctx context.Context, args ...any) error {
+// adminClient is a one-connection client with no retries, so a fault helper
+// reports a down server at once; the caller closes it.
+func (s *Server) adminClient() *redis.Client {
 	o := s.Options()
 	o.PoolSize = 1
 	o.MaxRetries = -1
-	rdb := redis.NewClient(o)
+	return redis.NewClient(o)
+}
+
+// do runs one command on a short-lived connection.
+func (s *Server) do(ctx context.Context, args ...any) error {
+	rdb := s.adminClient()
 	defer rdb.Close()
 	if err := rdb.Do(ctx, args...).Err(); err != nil {
 		return fmt.Errorf("redistest: %v on %s: %w", args, s.Addr(), err)
@@ -271,8 +279,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	err := s.stopLocked(syscall.SIGKILL)
-	releasePort(s.port)
-	return errors.Join(err, os.RemoveAll(s.dir))
+	return errors.Join(err, s.portLock.Close(), os.RemoveAll(s.dir))
 }
 
 func (s *Server) stopLocked(sig syscall.Signal) error {
