@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
@@ -49,6 +50,7 @@ type Instance struct {
 	served  chan error
 	store   *Store
 	rdb     *redis.Client
+	locks   *dlock.Client
 	redis   *redistest.Server // nil when Options.RedisAddr was given
 	tempDir string            // "" when Options.DBPath was given
 }
@@ -92,8 +94,8 @@ func Start(ctx context.Context, o Options) (in *Instance, err error) {
 
 	var prot Protection
 	if !o.Unprotected {
-		// The lock middlewares are wired in once ginlock and asynqlock are available.
-		return in, errors.New("shop: protected mode is not wired yet; use -unprotected")
+		in.locks = dlock.New(in.rdb, dlock.WithLogger(o.Logger))
+		prot = Protect(in.locks, in.store, o.Logger)
 	}
 	in.app = NewApp(Config{Store: in.store, Redis: in.rdb, Protection: prot, Provider: o.Provider, Logger: o.Logger})
 	if err = in.app.StartWorker(); err != nil {
@@ -131,6 +133,9 @@ func (in *Instance) Close(ctx context.Context) error {
 	}
 	if in.app != nil {
 		errs = append(errs, in.app.Close())
+	}
+	if in.locks != nil {
+		errs = append(errs, in.locks.Close())
 	}
 	if in.rdb != nil {
 		errs = append(errs, in.rdb.Close())
