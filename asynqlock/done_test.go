@@ -1,0 +1,126 @@
+package asynqlock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/lockguard/lockguard/asynqlock"
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+var paymentKey = keyfunc.Join(keyfunc.Const("payment"), keyfunc.JSON("payment_id"))
+
+// The same payment enqueued three times (three task ids, one payment id) is applied once,
+// whether the duplicates find the lock busy and come back, or wait for it.
+func TestDoneMarkerAppliesPaymentOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []asynqlock.Option
+	}{
+		{"busy then replayed", []asynqlock.Option{asynqlock.WithRetryIn(time.Second)}},
+		{"waiting", []asynqlock.Option{asynqlock.WithWait(5 * time.Second)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+
+			var applied atomic.Int64
+			mux := asynq.NewServeMux()
+			opts := append([]asynqlock.Option{asynqlock.WithDoneMarker(time.Minute), asynqlock.WithMeterProvider(mp)}, tc.opts...)
+			mux.Use(asynqlock.New(e.lock, paymentKey, opts...))
+			mux.HandleFunc("payment:capture", func(ctx context.Context, _ *asynq.Task) error {
+				applied.Add(1)
+				select { // long enough for the duplicates to arrive while it runs
+				case <-time.After(200 * time.Millisecond):
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+			e.startServer(t, serverConfig(5), mux)
+			e.startServer(t, serverConfig(5), mux)
+
+			c := e.client(t)
+			var infos []*asynq.TaskInfo
+			for range 3 {
+				infos = append(infos, e.enqueue(t, c, asynq.NewTask("payment:capture", []byte(`{"payment_id":"pay_123","amount":990}`)),
+					asynq.Retention(time.Minute)))
+			}
+			insp := e.inspector(t)
+			for _, info := range infos {
+				taskState(t, insp, info, asynq.TaskStateCompleted, 15*time.Second)
+			}
+			if applied.Load() != 1 {
+				t.Fatalf("payment applied %d times, want 1", applied.Load())
+			}
+			if infos[0].ID == infos[1].ID || infos[1].ID == infos[2].ID {
+				t.Fatal("the three tasks should have distinct ids")
+			}
+			counts := outcomeCounts(t, reader)
+			if counts[asynqlock.OutcomeObtained] != 1 || counts[asynqlock.OutcomeReplayed] != 2 {
+				t.Fatalf("outcomes %v: want 1 obtained and 2 replayed", counts)
+			}
+		})
+	}
+}
+
+// A failed handler leaves no marker: the next task with the key runs.
+func TestDoneMarkerNotWrittenOnError(t *testing.T) {
+	e := newEnv(t)
+	var calls atomic.Int64
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		if calls.Add(1) == 1 {
+			return context.DeadlineExceeded // stands for any failure
+		}
+		return nil
+	}), e.lock, paymentKey, asynqlock.WithDoneMarker(time.Minute))
+	task := asynq.NewTask("payment:capture", []byte(`{"payment_id":"p1"}`))
+	for i, want := range []bool{true, false, false} {
+		err := h.ProcessTask(t.Context(), task)
+		if (err != nil) != want {
+			t.Fatalf("call %d: err = %v", i, err)
+		}
+	}
+	if calls.Load() != 2 {
+		t.Fatalf("handler ran %d times, want 2 (fail, succeed, then replayed)", calls.Load())
+	}
+	rec, ok, err := e.lock.Completed(t.Context(), "payment:p1")
+	if err != nil || !ok {
+		t.Fatalf("Completed = %q, %v, %v: want a marker", rec, ok, err)
+	}
+}
+
+// outcomeCounts sums the asynqlock.tasks counter by outcome.
+func outcomeCounts(t *testing.T, reader sdkmetric.Reader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != asynqlock.ScopeName {
+			continue
+		}
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != "asynqlock.tasks" || !ok {
+				continue
+			}
+			for _, dp := range sum.DataPoints {
+				v, _ := dp.Attributes.Value(attribute.Key("asynqlock.outcome"))
+				counts[v.AsString()] += dp.Value
+			}
+		}
+	}
+	return counts
+}

@@ -1,0 +1,152 @@
+package asynqlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/asynqlock"
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+// Deleting the lock key mid-task cancels the handler with dlock.ErrLockLost as the cause;
+// the task fails with an error wrapping it, and asynq runs it again.
+func TestLostLockCancelsHandler(t *testing.T) {
+	e := newEnv(t, dlock.WithLease(300*time.Millisecond)) // the watchdog notices within ~100 ms
+	ctx := t.Context()
+
+	started := make(chan struct{}, 1)
+	var attempts atomic.Int64
+	var cause atomic.Value
+	errs := &errorLog{}
+	cfg := serverConfig(2)
+	cfg.ErrorHandler = errs
+	cfg.RetryDelayFunc = asynqlock.RetryDelay(func(int, error, *asynq.Task) time.Duration { return time.Second })
+	mux := asynq.NewServeMux()
+	mux.Use(asynqlock.New(e.lock, taskAccountKey))
+	mux.HandleFunc("account:deduct", func(ctx context.Context, _ *asynq.Task) error {
+		if attempts.Add(1) > 1 {
+			return nil
+		}
+		started <- struct{}{}
+		select {
+		case <-ctx.Done():
+			cause.Store(context.Cause(ctx))
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			return errors.New("handler was not cancelled")
+		}
+	})
+	e.startServer(t, cfg, mux)
+	info := e.enqueue(t, e.client(t), asynq.NewTask("account:deduct", []byte(`{"account_id":"9"}`)),
+		asynq.MaxRetry(1), asynq.Retention(time.Minute))
+
+	<-started
+	keys, err := e.rdb.Keys(ctx, "*:lock").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("lock keys %v, %v: want one", keys, err)
+	}
+	if err := e.rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	got := taskState(t, e.inspector(t), info, asynq.TaskStateCompleted, 10*time.Second)
+	if c, _ := cause.Load().(error); !errors.Is(c, dlock.ErrLockLost) {
+		t.Fatalf("handler context cause %v, want dlock.ErrLockLost", c)
+	}
+	all := errs.all()
+	if len(all) != 1 || !errors.Is(all[0], dlock.ErrLockLost) || !errors.Is(all[0], context.Canceled) {
+		t.Fatalf("task errors %v: want one wrapping dlock.ErrLockLost and the handler's error", all)
+	}
+	if attempts.Load() != 2 || got.Retried != 1 {
+		t.Fatalf("attempts %d, Retried %d: want the lost run retried once", attempts.Load(), got.Retried)
+	}
+}
+
+// A payload that is not JSON, or lacks the key's field, is archived at once: retrying
+// cannot fix it, and the handler never runs.
+func TestBadInputArchived(t *testing.T) {
+	e := newEnv(t)
+	var ran atomic.Int64
+	mux := asynq.NewServeMux()
+	mux.Use(asynqlock.New(e.lock, taskAccountKey))
+	mux.HandleFunc("account:deduct", func(context.Context, *asynq.Task) error { ran.Add(1); return nil })
+	e.startServer(t, serverConfig(2), mux)
+	c, insp := e.client(t), e.inspector(t)
+
+	for _, tc := range []struct {
+		name    string
+		payload string
+		msg     string
+	}{
+		{"not JSON", `account_id=7`, "malformed body"},
+		{"missing field", `{"amount":5}`, `part "account_id": missing value`},
+		{"null field", `{"account_id":null}`, "missing value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			info := e.enqueue(t, c, asynq.NewTask("account:deduct", []byte(tc.payload)), asynq.MaxRetry(5))
+			got := taskState(t, insp, info, asynq.TaskStateArchived, 10*time.Second)
+			if got.Retried != 0 || !strings.Contains(got.LastErr, tc.msg) || !strings.Contains(got.LastErr, "asynqlock:") {
+				t.Fatalf("archived with Retried %d, LastErr %q: want no retry and a message naming %q", got.Retried, got.LastErr, tc.msg)
+			}
+		})
+	}
+	if ran.Load() != 0 {
+		t.Fatalf("handler ran %d times on bad input", ran.Load())
+	}
+
+	// The error itself, for an application's ErrorHandler.
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }), e.lock, taskAccountKey)
+	err := h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{}`)))
+	var pe *keyfunc.PartError
+	if !errors.Is(err, asynq.SkipRetry) || !errors.Is(err, keyfunc.ErrMissing) || !errors.As(err, &pe) {
+		t.Fatalf("err = %v: want asynq.SkipRetry wrapping the *keyfunc.PartError", err)
+	}
+}
+
+// With Redis for locks down the task is not run and fails with dlock.ErrUnavailable, which
+// asynq retries with its normal policy (it is a failure).
+func TestLockStoreUnavailable(t *testing.T) {
+	srv := redistest.Start(t)
+	locks := dlock.New(srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1 }))
+	t.Cleanup(func() { _ = locks.Close() })
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran.Add(1); return nil }), locks, taskAccountKey)
+	err := h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{"account_id":"1"}`)))
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, asynq.SkipRetry) || !asynqlock.IsFailure(err) {
+		t.Fatalf("err = %v: want a retryable failure wrapping dlock.ErrUnavailable", err)
+	}
+	if ran.Load() != 0 {
+		t.Fatal("handler ran without the lock")
+	}
+}
+
+// A panicking handler releases its lock, so the key is not held until the process exits.
+func TestPanicReleasesLock(t *testing.T) {
+	e := newEnv(t)
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { panic("boom") }), e.lock, taskAccountKey)
+	func() {
+		defer func() {
+			if p := recover(); p != "boom" {
+				t.Fatalf("recovered %v, want the handler's panic", p)
+			}
+		}()
+		_ = h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{"account_id":"1"}`)))
+	}()
+	lk, err := e.lock.TryAcquire(t.Context(), "account:1")
+	if err != nil {
+		t.Fatalf("lock still held after the panic: %v", err)
+	}
+	_ = lk.Release(t.Context())
+}

@@ -1,0 +1,125 @@
+package asynqlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lockguard/lockguard/asynqlock"
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+// Three replicas each run a server and a Scheduler with the same "@every 1s" entries, for
+// 5 s: about 15 tasks of each arrive. The job under OncePerSlot runs once per one-second
+// slot; the same job without the middleware runs about three times per slot.
+func TestOncePerSlotThreeSchedulers(t *testing.T) {
+	e := newEnv(t)
+	var (
+		mu       sync.Mutex
+		runs     = map[time.Time]int{}
+		bareRuns = map[time.Time]int{} // the control job, without the middleware
+	)
+	body := func(ctx context.Context, task *asynq.Task) error {
+		mu.Lock()
+		if slot, ok := asynqlock.SlotStart(ctx); ok {
+			runs[slot]++
+		} else {
+			bareRuns[time.Now().Truncate(time.Second)]++
+		}
+		mu.Unlock()
+		select { // a body that takes a while, so duplicates overlap it
+		case <-time.After(100 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	mux := asynq.NewServeMux()
+	mux.Handle("report:tick", asynqlock.Wrap(asynq.HandlerFunc(body), e.lock,
+		keyfunc.Join(keyfunc.Meta(keyfunc.MetaTaskType)), asynqlock.OncePerSlot(time.Second)))
+	mux.HandleFunc("report:bare", body)
+
+	var schedulers []*asynq.Scheduler
+	for range 3 {
+		e.startServer(t, serverConfig(2), mux)
+		s := asynq.NewSchedulerFromRedisClient(e.srv.Client(t), &asynq.SchedulerOpts{LogLevel: asynq.FatalLevel})
+		for _, typ := range []string{"report:tick", "report:bare"} {
+			if _, err := s.Register("@every 1s", asynq.NewTask(typ, nil), asynq.MaxRetry(0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		schedulers = append(schedulers, s)
+	}
+	stop := time.NewTimer(5 * time.Second)
+	<-stop.C
+	for _, s := range schedulers {
+		s.Shutdown()
+	}
+	insp := e.inspector(t)
+	eventually(t, 10*time.Second, "the queue to drain", func() bool {
+		q, err := insp.GetQueueInfo("default")
+		return err == nil && q.Pending+q.Active+q.Retry+q.Scheduled == 0
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for slot, n := range runs {
+		total += n
+		if n != 1 {
+			t.Errorf("slot %s ran %d times", slot.Format(time.TimeOnly), n)
+		}
+	}
+	bare, repeated := 0, 0
+	for _, n := range bareRuns {
+		bare += n
+		if n > 1 {
+			repeated++
+		}
+	}
+	t.Logf("with OncePerSlot: %d runs in %d slots; without: %d runs, %d of %d slots run more than once",
+		total, len(runs), bare, repeated, len(bareRuns))
+	if total < 4 || total > 6 {
+		t.Errorf("%d runs in 5 s of @every 1s: want about 5", total)
+	}
+	if repeated == 0 || bare < 2*total {
+		t.Errorf("control job without the middleware ran %d times: the replicas did not all enqueue", bare)
+	}
+}
+
+func TestSlotPart(t *testing.T) {
+	key := keyfunc.Join(keyfunc.Meta(keyfunc.MetaTaskType), asynqlock.Slot(time.Hour))
+	for _, tc := range []struct {
+		name    string
+		headers map[string]string
+		want    string
+		wantErr error
+	}{
+		{"scheduled header", map[string]string{asynqlock.HeaderScheduledAt: "2026-11-21T05:59:59.999Z"}, "report:20261121T050000Z", nil},
+		{"header in another zone", map[string]string{asynqlock.HeaderScheduledAt: "2026-11-21T07:30:00+02:00"}, "report:20261121T050000Z", nil},
+		{"malformed header", map[string]string{asynqlock.HeaderScheduledAt: "yesterday"}, "", keyfunc.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := key.Key(asynqlock.NewSource(t.Context(), asynq.NewTaskWithHeaders("report", nil, tc.headers)))
+			if !errors.Is(err, tc.wantErr) || got != tc.want {
+				t.Fatalf("Key = %q, %v; want %q, %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+	// Without the header the slot is the processing time, truncated.
+	got, err := keyfunc.Join(asynqlock.Slot(time.Millisecond)).Key(asynqlock.NewSource(t.Context(), asynq.NewTask("r", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, perr := time.Parse("20060102T150405.999999999Z", got); perr != nil {
+		t.Fatalf("slot %q does not parse: %v", got, perr)
+	}
+}
