@@ -165,21 +165,16 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 
 	if lost := lk.Err(); errors.Is(lost, dlock.ErrLockLost) {
 		_ = lk.Release(rctx) // reports the same loss; nothing is left to free
-		var err error
-		if herr != nil {
-			err = fmt.Errorf("asynqlock: task %q lost its lock while running: %w (handler: %w)", task.Type(), lost, herr)
-		} else {
-			err = fmt.Errorf("asynqlock: task %q lost its lock while running: %w", task.Type(), lost)
-		}
-		m.log.WarnContext(ctx, "asynqlock: lock lost while the task ran", "task_type", task.Type(), "key_hash", keyHash)
-		span.end(OutcomeLost, err)
-		return err
+		return m.lost(ctx, task, keyHash, lost, herr, span)
 	}
 
 	if herr == nil && m.cfg.done {
 		id, _ := asynq.GetTaskID(ctx)
 		if err := lk.Complete(rctx, []byte(id), m.cfg.retention); err != nil {
-			// The work is done: failing the task now would only make asynq run it again.
+			// The handler succeeded while the lock was held (checked above), so the work is
+			// done; failing the task now would make asynq run it again for certain, which is
+			// exactly what the marker is there to prevent. This includes a loss of the lease
+			// in the moment between the handler's return and Complete.
 			m.log.ErrorContext(ctx, "asynqlock: done marker not recorded; a duplicate of this task may run again",
 				"task_type", task.Type(), "key_hash", keyHash, "error", err)
 			span.end(OutcomeObtained, fmt.Errorf("asynqlock: done marker not recorded: %w", err))
@@ -190,6 +185,10 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 	}
 
 	if err := lk.Release(rctx); err != nil {
+		if errors.Is(err, dlock.ErrLockLost) {
+			// Lost before the watchdog noticed: the handler may not have run alone.
+			return m.lost(ctx, task, keyHash, err, herr, span)
+		}
 		// The lock expires at the end of its lease; the handler's result stands.
 		m.log.WarnContext(ctx, "asynqlock: release failed; the lock expires with its lease",
 			"task_type", task.Type(), "key_hash", keyHash, "error", err)
@@ -200,4 +199,16 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 		span.end(OutcomeObtained, nil)
 	}
 	return herr
+}
+
+// lost is the task's error when its lease was lost while the handler ran: it wraps lockErr
+// (matching dlock.ErrLockLost) and the handler's own error, if any, and asynq retries it.
+func (m *middleware) lost(ctx context.Context, task *asynq.Task, keyHash string, lockErr, herr error, span *taskSpan) error {
+	err := fmt.Errorf("asynqlock: task %q lost its lock while running: %w", task.Type(), lockErr)
+	if herr != nil {
+		err = fmt.Errorf("%w (handler: %w)", err, herr)
+	}
+	m.log.WarnContext(ctx, "asynqlock: lock lost while the task ran", "task_type", task.Type(), "key_hash", keyHash)
+	span.end(OutcomeLost, err)
+	return err
 }

@@ -40,8 +40,9 @@ type config struct {
 }
 
 // WithRetryIn sets ErrLocked.RetryIn, the delay after which RetryDelay brings a busy task
-// back. Default DefaultRetryIn (5 s); values below 1 s are raised to 1 s, because asynq
-// schedules retries with one-second resolution.
+// back. Default DefaultRetryIn (5 s); values below 1 s are raised to 1 s. asynq stores retry
+// times in whole seconds and moves due tasks every Config.DelayedTaskCheckInterval (5 s by
+// default), so the task comes back between RetryIn-1s and RetryIn plus that interval.
 func WithRetryIn(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryIn = max(d, time.Second) })
 }
@@ -74,7 +75,7 @@ func WithDoneMarker(retention time.Duration) Option {
 
 // WithMaxPayload caps the payload, in bytes, that the key function may read; a larger payload
 // is invalid input (asynq.SkipRetry) when the key needs the payload. Default
-// DefaultMaxPayload (1 MiB).
+// DefaultMaxPayload (1 MiB); n <= 0 removes the cap.
 func WithMaxPayload(n int) Option {
 	return optionFunc(func(c *config) { c.maxPayload = n })
 }

@@ -32,7 +32,7 @@ type source struct {
 	task       *asynq.Task
 	maxPayload int
 	now        time.Time // processing time, read once so every Slot part of a key agrees
-	slot       time.Time // set by a Slot part, reported through FromContext users' keys
+	slot       time.Time // set by a Slot part, handed to the handler through SlotStart
 }
 
 func newSource(ctx context.Context, task *asynq.Task, maxPayload int) *source {
