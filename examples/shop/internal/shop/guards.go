@@ -32,7 +32,12 @@ const lockWait = 10 * time.Second
 //
 // The account key is the same string on both sides, "account:" and the account id, which
 // is what makes a refund in the worker and a withdrawal over HTTP exclude each other.
+//
+// log receives what clients never see (lost locks, failed releases); nil discards it.
 func Protect(locks *dlock.Client, store *Store, log *slog.Logger) Protection {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	accountOfOrder := keyfunc.From("account", func(src keyfunc.Source) (string, error) {
 		id, ok := src.Value(keyfunc.KindParam, "id")
 		if !ok {
