@@ -6,10 +6,10 @@
 // Usage in a test:
 //
 //	func TestSomething(t *testing.T) {
-//		srv := redistest.Start(t)           // stopped and removed at t.Cleanup
-//		rdb := srv.Client(t)                // closed at t.Cleanup
+//		srv := redistest.Start(t) // stopped and removed at t.Cleanup
+//		rdb := srv.Client(t)      // closed at t.Cleanup
 //		_ = rdb.Set(t.Context(), "k", "v", 0).Err()
-//		_ = srv.Restart()                   // same port, empty data
+//		_ = srv.Restart() // same port, empty data
 //	}
 //
 // Each server listens on 127.0.0.1 on a port in 20000-22767 (never 6379), so

@@ -289,10 +289,13 @@ func (s *Server) stopLocked(sig syscall.Signal) error {
 	}
 	s.proc = nil
 	pid := p.cmd.Process.Pid
+	target := pid
 	if sig == syscall.SIGKILL {
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-	} else {
-		_ = syscall.Kill(pid, sig)
+		target = -pid // the whole group
+	}
+	var err error
+	if e := syscall.Kill(target, sig); e != nil && !errors.Is(e, syscall.ESRCH) {
+		err = fmt.Errorf("redistest: signal %v to %d: %w", sig, pid, e)
 	}
 	grace := time.NewTimer(stopGrace)
 	defer grace.Stop()
@@ -302,7 +305,8 @@ func (s *Server) stopLocked(sig syscall.Signal) error {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		<-p.done
 	}
-	// Reap anything the server forked (a replication or save child).
+	// Kill anything the server forked (a replication or save child); the
+	// group outlives its leader while such a child runs.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	return nil
+	return err
 }
