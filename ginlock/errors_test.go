@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockguard/lockguard/ginlock"
 	"github.com/lockguard/lockguard/keyfunc"
@@ -60,7 +61,7 @@ func TestRejections(t *testing.T) {
 }
 
 func TestRedisDown(t *testing.T) {
-	e := setup(t)
+	e := setupRedis(t, func(o *redis.Options) { o.MaxRetries = -1 }) // fail fast once stopped
 	var logs bytes.Buffer
 	r := router()
 	var runs atomic.Int32

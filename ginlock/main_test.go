@@ -51,8 +51,19 @@ type env struct {
 // setup starts a Redis server and a dlock Client on it, both closed when the test ends.
 func setup(t testing.TB, opts ...dlock.Option) *env {
 	t.Helper()
+	return setupRedis(t, nil, opts...)
+}
+
+// setupRedis is setup with the go-redis options changed by ro.
+func setupRedis(t testing.TB, ro func(*redis.Options), opts ...dlock.Option) *env {
+	t.Helper()
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	var rdb *redis.Client
+	if ro != nil {
+		rdb = srv.Client(t, ro)
+	} else {
+		rdb = srv.Client(t)
+	}
 	locks := dlock.New(rdb, opts...)
 	t.Cleanup(func() { _ = locks.Close() })
 	return &env{srv: srv, rdb: rdb, locks: locks}
