@@ -26,8 +26,9 @@ const retryAfter = "1"
 //
 //   - 400: the key could not be derived (*keyfunc.PartError naming the part);
 //   - 413: the body is over WithMaxBody (matches keyfunc.ErrBodyTooLarge);
-//   - 409 with Retry-After: the lock is busy (matches dlock.ErrNotObtained), or the lock was
-//     lost while the handler ran and the handler had written nothing (dlock.ErrLockLost);
+//   - 409 with Retry-After: the lock is busy (matches dlock.ErrNotObtained);
+//   - 409: the lock was lost while the handler ran and the handler had written nothing
+//     (matches dlock.ErrLockLost); nothing is stored;
 //   - 422: replay only, the key's stored response belongs to another fingerprint (ErrMismatch);
 //   - 503 with Retry-After: the lock store is unavailable or the client closed
 //     (dlock.ErrUnavailable, dlock.ErrClosed), unless WithFailOpen;
@@ -68,9 +69,9 @@ type middleware struct {
 
 type lockKey struct{}
 
-// FromContext returns the lock the middleware holds for the current request, for its fencing
-// token (dlock.Lock.Token) or key. It is nil outside the handler chain of a locked request
-// (skipped, fail-open, or after the middleware returned).
+// FromContext returns the lock the innermost ginlock middleware holds for the current request,
+// for its fencing token (dlock.Lock.Token) or key. It is nil outside the handler chain of a
+// locked request (skipped, fail-open, or after the middleware returned).
 func FromContext(c *gin.Context) *dlock.Lock {
 	v, _ := c.Get(lockKey{})
 	lk, _ := v.(*dlock.Lock)
@@ -168,6 +169,7 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 		rec = newRecorder(origWriter, m.cfg.headers, m.cfg.maxReplayBody)
 		c.Writer = rec
 	}
+	outer := FromContext(c) // a lock of an enclosing ginlock, if any
 	c.Set(lockKey{}, lock)
 	c.Request = c.Request.WithContext(dlock.WithLock(origCtx, lock))
 
@@ -175,7 +177,7 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 	defer func() {
 		c.Request = c.Request.WithContext(origCtx)
 		c.Writer = origWriter
-		c.Set(lockKey{}, (*dlock.Lock)(nil))
+		c.Set(lockKey{}, outer)
 		m.finish(c, origCtx, lock, rec, fp, returned)
 	}()
 	c.Next()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -239,5 +240,21 @@ func TestRequestContextRestored(t *testing.T) {
 	}
 	if inner == nil || !errors.Is(inner.Err(), dlock.ErrNotHeld) {
 		t.Fatalf("lock %v after the request, want released", inner)
+	}
+}
+
+func TestTTLEndsTheHandlerContext(t *testing.T) {
+	e := setup(t)
+	r := router()
+	r.POST("/accounts/:id", ginlock.New(e.locks, accountKey, ginlock.WithTTL(200*time.Millisecond)), func(c *gin.Context) {
+		select {
+		case <-c.Request.Context().Done():
+		case <-time.After(10 * time.Second):
+			c.Status(http.StatusOK) // the lease did not end: fails the test below
+		}
+	})
+	p := wantProblem(t, do(r, req{path: "/accounts/2"}), http.StatusConflict)
+	if !strings.Contains(p.Detail, "lost") {
+		t.Fatalf("detail %q, want the lost-lock explanation", p.Detail)
 	}
 }
