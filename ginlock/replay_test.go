@@ -219,3 +219,31 @@ func TestLargeResponseIsNotStored(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 2: a response over the cap is not stored", runs.Load())
 	}
 }
+
+// With WithWait, a duplicate that arrives while the first runs waits for it and then gets
+// the stored response instead of 409.
+func TestWaitingDuplicateGetsReplay(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
+	r.POST("/payments", ginlock.New(e.locks, payKey, ginlock.WithWait(10*time.Second)), func(c *gin.Context) {
+		runs.Add(1)
+		close(started)
+		<-release
+		c.JSON(http.StatusCreated, gin.H{"at": time.Now().UnixNano()})
+	})
+	q := req{path: "/payments", body: `{"amount":1}`, user: "alice", key: idemKey(t)}
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- do(r, q) }()
+	<-started
+	dupc := make(chan *httptest.ResponseRecorder)
+	go func() { dupc <- do(r, q) }()
+	time.Sleep(50 * time.Millisecond) // let the duplicate join the line; a late one replays too
+	close(release)
+	orig, dup := <-first, <-dupc
+	if dup.Code != http.StatusCreated || dup.Header().Get(ginlock.ReplayedHeader) != "true" ||
+		!bytes.Equal(dup.Body.Bytes(), orig.Body.Bytes()) || runs.Load() != 1 {
+		t.Fatalf("duplicate got %d %v %s after %d runs, want the replayed original", dup.Code, dup.Header(), dup.Body, runs.Load())
+	}
+}
