@@ -139,4 +139,3 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		}
 	}
 }
-

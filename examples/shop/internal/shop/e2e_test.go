@@ -1,0 +1,179 @@
+//go:build e2e
+
+package shop_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/lockguard/lockguard/examples/shop/internal/shop"
+	"github.com/lockguard/lockguard/internal/redistest"
+)
+
+// TestE2EDoubleClickPay opens the shop's page in headless Chromium, creates an order,
+// double-clicks Pay, and checks that the page shows "paid" and the ledger exactly one
+// charge, on the page and through the API.
+//
+// It needs Debian's chromium package (`make e2e` installs it); CHROME_BIN overrides the
+// browser. Set SHOP_SCREENSHOT to a PNG path to keep a screenshot of the final page.
+func TestE2EDoubleClickPay(t *testing.T) {
+	in, err := shop.Start(t.Context(), shop.Options{
+		Addr:      "127.0.0.1:0",
+		RedisAddr: redistest.Start(t).Addr(),
+		DBPath:    filepath.Join(t.TempDir(), "shop.db"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = in.Close(ctx)
+	})
+
+	ctx := browser(t)
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(in.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("create")),
+		chromedp.Poll[chromedp.Void](`document.getElementById("mode").textContent === "protected"`, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Click(chromedp.ID("create")),
+		chromedp.WaitVisible(chromedp.ID("pay")),
+		doubleClick("#pay"),
+		// Both clicks answered and the page refreshed after them.
+		chromedp.Poll[chromedp.Void](`(document.getElementById("responses").textContent.match(/^click \d+: \d{3}/gm) || []).length === 2`,
+			chromedp.WithPollingTimeout(15*time.Second)),
+		chromedp.Poll[chromedp.Void](`document.getElementById("status").textContent === "paid"`, chromedp.WithPollingTimeout(5*time.Second)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The last refresh may still be drawing the ledger; wait for its row, then count.
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#ledger tr.charge"))); err != nil {
+		t.Fatal(err)
+	}
+	charges, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#ledger tr.charge").length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("responses")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("page responses:\n%s", log)
+	if charges != 1 {
+		t.Errorf("page ledger shows %d charges, want 1", charges)
+	}
+
+	// The database agrees with the page.
+	accountID, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("account-id")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ledger []shop.Entry
+	getJSON(t, in.URL+"/api/accounts/"+accountID+"/ledger", &ledger)
+	if n := count(ledger, shop.KindCharge); n != 1 {
+		t.Errorf("ledger has %d charges, want 1: %+v", n, ledger)
+	}
+
+	if path := os.Getenv("SHOP_SCREENSHOT"); path != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100 gives PNG
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot written to %s", path)
+	}
+}
+
+// browser starts headless Chromium with a fresh profile, closed at the end of the test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	bin := os.Getenv("CHROME_BIN")
+	if bin == "" {
+		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+			if p, err := exec.LookPath(name); err == nil {
+				bin = p
+				break
+			}
+		}
+	}
+	if bin == "" {
+		t.Fatal("no Chromium found: install Debian's chromium package (apt-get install -y chromium, or make e2e), or set CHROME_BIN")
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(bin),
+		chromedp.Headless,
+		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox cannot start
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		// Nothing but the page under test: no update, sync or QUIC traffic leaves the machine.
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(900, 1000),
+	)
+	ctx, cancelCtx := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancelCtx()
+		cancelAlloc() // waits for the browser process to exit
+	})
+	return ctx
+}
+
+// doubleClick clicks twice at the centre of the first node matching sel, as a mouse
+// does: press and release with click count 1, then with click count 2, so the page gets
+// two click events (chromedp.DoubleClick sends only the second pair).
+func doubleClick(sel chromedp.CSS) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		nodes, err := chromedp.Nodes(sel, chromedp.NodeVisible)(ctx, tg)
+		if err != nil {
+			return chromedp.Void{}, err
+		}
+		if len(nodes) == 0 {
+			return chromedp.Void{}, fmt.Errorf("no node matches %s", sel)
+		}
+		for _, n := range []int{1, 2} {
+			if _, err := chromedp.MouseClickNode(nodes[0], chromedp.ClickCount(n))(ctx, tg); err != nil {
+				return chromedp.Void{}, err
+			}
+		}
+		return chromedp.Void{}, nil
+	}
+}
+
+func getJSON(t *testing.T, url string, out any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func count(entries []shop.Entry, kind string) int {
+	n := 0
+	for _, e := range entries {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
