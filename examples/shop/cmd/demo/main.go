@@ -39,10 +39,11 @@ func run(ctx context.Context) int {
 	for i, unprotected := range []bool{true, false} {
 		r, err := once(ctx, i+1, unprotected)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "demo:", err)
 			if ctx.Err() != nil {
+				fmt.Fprintln(os.Stderr, "\ndemo: interrupted; the shop, its redis-server and its files are gone")
 				return 130
 			}
+			fmt.Fprintln(os.Stderr, "demo:", err)
 			return 2
 		}
 		reports = append(reports, r)
