@@ -121,7 +121,7 @@ func (b *bank) noKeyWithoutTTL() {
 // workerProc is a bank worker in another OS process.
 type workerProc struct {
 	cmd   *exec.Cmd
-	holds chan int64 // tokens of the sections it enters
+	holds chan int64    // tokens of the sections it enters
 	done  chan struct{} // closed when the process has exited and its output is read
 }
 
