@@ -2,13 +2,16 @@
 
 GO ?= go
 
-.PHONY: help redis test lint demo e2e bench chaos
+.PHONY: help redis chromium test lint demo e2e bench chaos
 
 help: ## List the targets
 	@grep -E '^[a-z0-9]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-6s %s\n", $$1, $$2}'
 
 redis: ## Install redis-server and redis-cli if missing (apt-get as root)
 	@./scripts/ensure-redis.sh
+
+chromium: ## Install chromium if missing (apt-get as root), for make e2e
+	@./scripts/ensure-chromium.sh
 
 test: redis ## Vet, then run every test with the race detector
 	$(GO) vet ./...
@@ -21,7 +24,7 @@ lint: ## Fail on unformatted files, then vet
 demo: redis ## Run the shop demo
 	$(GO) run ./examples/shop/cmd/demo
 
-e2e: redis ## Run the shop end-to-end tests
+e2e: redis chromium ## Run the shop's browser test in headless Chromium
 	$(GO) test -count=1 -run E2E -tags e2e ./examples/shop/...
 
 bench: redis ## Compare lockguard with other lock libraries

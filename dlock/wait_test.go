@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
 )
 
 // The waiter is woken by the release message, not by its fallback retry (set to 5 s here).
@@ -174,14 +178,18 @@ func spin(d time.Duration) {
 }
 
 func TestRedisDown(t *testing.T) {
-	srv, rdb, c := setup(t)
-	ctx := testContext(t, 10*time.Second)
+	srv := redistest.Start(t)
+	// go-redis retries a refused dial 5 times with 100 ms backoff and then each command up to
+	// MaxRetries times: on a loaded machine that alone can outlast a short context, and the
+	// honest answer is then "not obtained, deadline exceeded". Fail fast to see ErrUnavailable.
+	rdb := srv.Client(t, func(o *redis.Options) { o.DialerRetries = 1; o.MaxRetries = -1 })
+	c := newClient(t, rdb)
+	ctx := testContext(t, 30*time.Second)
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	_ = rdb
 	for _, wait := range []bool{false, true} {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		start := time.Now()
 		var err error
 		if wait {
@@ -193,9 +201,24 @@ func TestRedisDown(t *testing.T) {
 		if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("wait=%v: err = %v, want ErrUnavailable", wait, err)
 		}
-		if time.Since(start) > 2500*time.Millisecond {
+		if !strings.Contains(err.Error(), "refused") {
+			t.Errorf("wait=%v: the Redis error is not wrapped: %v", wait, err)
+		}
+		if time.Since(start) > 5500*time.Millisecond {
 			t.Fatalf("wait=%v took %v, past its context", wait, time.Since(start))
 		}
+	}
+	// With default client settings the call still ends with its context at the latest.
+	slow := newClient(t, srv.Client(t))
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := slow.Acquire(actx, uniqueKey(t))
+	if err == nil || time.Since(start) > 2*time.Second {
+		t.Fatalf("err %v after %v", err, time.Since(start))
+	}
+	if !errors.Is(err, dlock.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want ErrUnavailable or the context's error", err)
 	}
 }
 
