@@ -247,6 +247,9 @@ func (lk *Lock) reenter(ctx context.Context) (*Lock, error) {
 	l.mu.Unlock()
 	n, err := l.c.be.reenter(ctx, l.key, l.owner, entry)
 	if err != nil {
+		// The script may have added the hold before the reply was lost: take it out again,
+		// or the key would outlive the releases of the holds the caller knows of.
+		l.c.dropHold(ctx, l.key, l.owner, entry)
 		return nil, err
 	}
 	if n < 0 {

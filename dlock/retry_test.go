@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,6 +95,94 @@ func TestScriptsSafeToRunTwice(t *testing.T) {
 	lk, err := other.TryAcquire(ctx, key)
 	if err != nil {
 		t.Fatal(err)
+	}
+	_ = lk.Release(ctx)
+}
+
+// failAfterHook runs a script call and then reports a network error, as when the reply is lost
+// and the client gives up: the caller sees an error although Redis applied the call.
+type failAfterHook struct{ armed atomic.Bool }
+
+func (h *failAfterHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if name := strings.ToLower(cmd.Name()); (name == "evalsha" || name == "eval") && h.armed.Swap(false) {
+			cmd.SetErr(errReplyLost)
+			return errReplyLost
+		}
+		return err
+	}
+}
+func (h *failAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+var errReplyLost = errors.New("read tcp: connection reset by peer")
+
+// A re-entry whose reply was lost: the caller gets an error, Redis had added the hold. The
+// hold count must equal the successful calls, and as many releases free the key.
+func TestReentryReplyLost(t *testing.T) {
+	srv, plain, _ := setup(t)
+	rdb := srv.Client(t)
+	hook := &failAfterHook{}
+	rdb.AddHook(hook)
+	c := newClient(t, rdb)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx := dlock.WithLock(ctx, outer)
+	hook.armed.Store(true)
+	if _, err := c.Acquire(lctx, key); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("re-entry with a lost reply: %v, want ErrUnavailable", err)
+	}
+	inner, err := c.Acquire(lctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outer.HoldCount() != 2 {
+		t.Fatalf("local holds %d, want 2 (two successful calls)", outer.HoldCount())
+	}
+	lockKey := lockKeyOf(t, plain, key)
+	deadline := time.Now().Add(3 * time.Second)
+	for plain.HLen(ctx, lockKey).Val()-2 != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("holds in Redis %d, want 2", plain.HLen(ctx, lockKey).Val()-2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = inner.Release(ctx)
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if plain.Exists(ctx, lockKey).Val() != 0 {
+		t.Fatal("the key outlived as many releases as successful acquisitions")
+	}
+}
+
+// An acquire whose reply was lost leaves no lock behind that its caller does not know of.
+func TestAcquireReplyLost(t *testing.T) {
+	srv, plain, _ := setup(t)
+	rdb := srv.Client(t)
+	hook := &failAfterHook{}
+	rdb.AddHook(hook)
+	c := newClient(t, rdb)
+	other := newClient(t, plain)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+	hook.armed.Store(true)
+	if _, err := c.Acquire(ctx, key); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("acquire with a lost reply: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	lk, err := other.Acquire(wctx, key) // far less than the 30 s lease: the ghost was removed
+	if err != nil {
+		t.Fatalf("a ghost lock blocks the key: %v", err)
 	}
 	_ = lk.Release(ctx)
 }

@@ -113,6 +113,19 @@ func (c *Client) waitErr(ctx context.Context, err error) error {
 	return err
 }
 
+// dropHold removes one hold entry that a failed call may have added, without waiting for it.
+// The release script only deletes that entry (it is not the last hold: the outer one remains).
+func (c *Client) dropHold(ctx context.Context, key, owner, entry string) {
+	c.wd.background(func() {
+		cctx, cancel := releaseContext(ctx)
+		defer cancel()
+		if _, _, err := c.be.release(cctx, releaseRequest{key: key, owner: owner, entry: entry}); err != nil {
+			c.log.Warn("dlock: removing a hold after a failed re-entry failed; it goes with the lock",
+				"key_hash", hashKey(key), "err", err)
+		}
+	})
+}
+
 // cleanup takes an owner out of line and passes on a lock handed to it, without waiting for
 // it: ctx may have ended already, and the caller's wait must end with its context.
 func (c *Client) cleanup(ctx context.Context, r acquireRequest) {
