@@ -136,6 +136,12 @@ func TestReentryReplyLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	lctx := dlock.WithLock(ctx, outer)
+	// Load the script first, so the armed call is the one that runs it.
+	warm, err := c.Acquire(lctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
 	hook.armed.Store(true)
 	if _, err := c.Acquire(lctx, key); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("re-entry with a lost reply: %v, want ErrUnavailable", err)
@@ -174,6 +180,11 @@ func TestAcquireReplyLost(t *testing.T) {
 	other := newClient(t, plain)
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
+	warm, err := c.Acquire(ctx, uniqueKey(t)) // load the script
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
 	hook.armed.Store(true)
 	if _, err := c.Acquire(ctx, key); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("acquire with a lost reply: %v", err)
