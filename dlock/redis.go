@@ -127,7 +127,13 @@ func parseAcquire(reply []any) (acquireResult, error) {
 	switch status {
 	case 1:
 		token, _ := reply[1].(int64)
-		return acquireResult{status: statusObtained, token: token}, nil
+		res := acquireResult{status: statusObtained, token: token, pttl: -1}
+		if len(reply) > 2 {
+			if pttl, _ := reply[2].(int64); pttl > 0 {
+				res.pttl = time.Duration(pttl) * time.Millisecond
+			}
+		}
+		return res, nil
 	case 2:
 		rec, _ := reply[1].(string)
 		return acquireResult{status: statusCompleted, record: []byte(rec)}, nil

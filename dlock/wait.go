@@ -95,6 +95,11 @@ func (c *Client) settled(g *grant, r acquireRequest, res acquireResult) (bool, e
 	switch res.status {
 	case statusObtained:
 		g.token, g.valid = res.token, r.ttl
+		if res.pttl > 0 && res.pttl < r.ttl {
+			// Handed to us while we were looking: it holds only the claim lease until we
+			// confirm it, and we are hearing of it from our own look, not the message.
+			g.valid, g.handedOff = res.pttl, true
+		}
 		return true, nil
 	case statusCompleted:
 		return true, &CompletedError{Key: r.key, Record: res.record}

@@ -241,3 +241,47 @@ func TestHungRedisRespectsContext(t *testing.T) {
 		t.Fatalf("Acquire returned after %v with a 300ms context", took)
 	}
 }
+
+// A waiter that never gets the hand-off message (here: its user may not subscribe) learns of
+// the hand-off from its own fallback look. The lock then holds only the short claim lease, and
+// the waiter must confirm it at once, or it expires under the new holder.
+func TestHandOffLearnedByLooking(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithArgs("--user", "deaf", "on", ">deaf", "~*", "+@all", "resetchannels"))
+	// The releasing client sets the claim lease: 3 x its retry interval = 300 ms.
+	holder := newClient(t, srv.Client(t), dlock.WithRetryInterval(100*time.Millisecond))
+	deaf := newClient(t, srv.Client(t, func(o *redis.Options) { o.Username, o.Password = "deaf", "deaf" }),
+		// A lease whose first regular renewal (at about 700 ms) comes after the claim ends.
+		dlock.WithRetryInterval(100*time.Millisecond), dlock.WithLease(3*time.Second))
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	lk, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l2, err := deaf.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got
+
+	if l2 == nil {
+		t.FailNow()
+	}
+	// Hold for longer than the claim lease (3 x 100 ms) and the lease itself.
+	for start := time.Now(); time.Since(start) < 1500*time.Millisecond; time.Sleep(50 * time.Millisecond) {
+		if err := l2.Err(); err != nil {
+			t.Fatalf("hand-off learned by looking was lost after %v: %v", time.Since(start), err)
+		}
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+}

@@ -21,6 +21,9 @@ type Section struct {
 	Fenced   bool      `json:"fenced"`   // the store rejected the read or the write
 	SawLost  bool      `json:"saw_lost"` // Done closed, Err or Release reported the loss
 	WriteErr string    `json:"write_err,omitempty"`
+	// ReleaseErr is set when Release could not tell whether the lock was released (the reply
+	// was lost): the lock then ends at its lease at the latest.
+	ReleaseErr string `json:"release_err,omitempty"`
 }
 
 // Recorder collects sections from any number of goroutines.
@@ -127,6 +130,9 @@ func (w *Worker) once(ctx context.Context) {
 	rerr := lock.Release(rctx)
 	rcancel()
 	s.SawLost = errors.Is(lock.Err(), dlock.ErrLockLost) || errors.Is(rerr, dlock.ErrLockLost)
+	if errors.Is(rerr, dlock.ErrUnavailable) {
+		s.ReleaseErr = rerr.Error()
+	}
 	w.Record.Add(s)
 }
 
