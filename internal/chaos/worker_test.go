@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,7 +65,7 @@ func asynqWorkerProcess() int {
 	locks := dlock.New(rdb, dlock.WithLease(workerLease), dlock.WithRetryInterval(100*time.Millisecond))
 	defer locks.Close()
 
-	check := os.Getenv("CHAOS_ASYNQ_CHECK") == "1" // look the payment up before applying it
+	check := os.Getenv("CHAOS_ASYNQ_CHECK") == "true" // look the payment up before applying it
 	type ranKey struct{}
 	mux := asynq.NewServeMux()
 	// Outermost: one line per delivery with what became of it.
@@ -185,7 +186,7 @@ func startAsynqWorker(t *testing.T, name, queueAddr, storeAddr string, check boo
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "CHAOS_ASYNQ_WORKER="+name, "CHAOS_ASYNQ_REDIS="+queueAddr, "CHAOS_ASYNQ_STORE="+storeAddr,
-		fmt.Sprintf("CHAOS_ASYNQ_CHECK=%d", map[bool]int{false: 0, true: 1}[check]))
+		"CHAOS_ASYNQ_CHECK="+strconv.FormatBool(check))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
