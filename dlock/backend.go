@@ -24,6 +24,10 @@ type backend interface {
 	leave(ctx context.Context, r acquireRequest) error
 	// renew extends each lease still owned by its owner; ok[i] reports which.
 	renew(ctx context.Context, rs []renewal) (ok []bool, err error)
+	// confirm makes a handed-off lock durable before its waiter uses it: extend it to ttl and,
+	// if the store replicates, wait for the replicas the Client asks for. ok false: not owner.
+	// It is only called when the Client asks for replica acknowledgement.
+	confirm(ctx context.Context, key, owner string, ttl time.Duration) (ok bool, err error)
 	// record returns the completion record of key.
 	record(ctx context.Context, key string) ([]byte, bool, error)
 	// listen delivers hand-off notices for one waiting owner.

@@ -103,6 +103,22 @@ func (c *Client) Completed(ctx context.Context, key string) (record []byte, ok b
 	return c.be.record(ctx, key)
 }
 
+// confirmHandOff extends a handed-off lock to its full lease and waits for the replicas before
+// the waiter may use it; a lock that cannot be confirmed is passed on.
+func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant) error {
+	sent := time.Now()
+	ok, err := c.be.confirm(ctx, r.key, r.owner, r.ttl)
+	if err == nil && !ok {
+		err = lost("hand-off expired before it was confirmed")
+	}
+	if err != nil {
+		c.cleanup(ctx, r)
+		return err
+	}
+	g.sent, g.valid, g.handedOff = sent, r.ttl, false
+	return nil
+}
+
 // releaseContext bounds a release that must happen even though ctx may be cancelled.
 func releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -142,6 +158,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	}
 	ctx, span := c.tel.startAcquire(ctx, key, wait)
 	g, err := c.obtain(ctx, r)
+	if err == nil && g.handedOff && c.cfg.replicas > 0 {
+		err = c.confirmHandOff(ctx, r, &g)
+	}
 	c.tel.endAcquire(ctx, span, g, err)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,3 +14,7 @@ func helperProcess() bool { return helperProcessMain() }
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
 
 type redisClusterNode = redis.Client
+
+func splitLines(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+}

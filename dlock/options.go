@@ -23,6 +23,8 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
+	replicas       int
+	replicaWait    time.Duration
 	lease          time.Duration
 	retry          time.Duration
 	prefix         string
@@ -62,6 +64,19 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // provider (otel.GetMeterProvider()).
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.meterProvider = mp })
+}
+
+// WithReplicaAck makes an acquisition count only once n replicas have acknowledged it (Redis
+// WAIT, sent in the same pipeline as the acquire script, so it is still one round trip plus the
+// replication delay). A lock not acknowledged within timeout is released again and the call
+// returns an error matching ErrUnavailable. A lock handed to a waiter is confirmed the same way
+// before the waiter gets it. This narrows the window in which a failover loses a fresh lock; it
+// does not close it (WAIT does not make Redis strongly consistent). Default: off. Works with a
+// *redis.Client (also a failover client) and a *redis.ClusterClient.
+func WithReplicaAck(n int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) {
+		c.replicas, c.replicaWait = max(n, 0), max(timeout, time.Millisecond)
+	})
 }
 
 // WithLogger sets a logger for events a caller cannot see in return values: lost locks,

@@ -53,7 +53,10 @@ type redisBackend struct {
 	claim   time.Duration // lease of a handed-off lock until its new holder confirms it
 	live    time.Duration // a queued waiter not heard of for this long leaves the line
 	fence   time.Duration // extra life of the fence hash after the lease
-	subs    *subscriber
+	// replicas > 0: writes that grant a lock are followed by WAIT replicas replicaWait.
+	replicas    int
+	replicaWait time.Duration
+	subs        *subscriber
 
 	mu      sync.Mutex
 	closing bool
@@ -69,6 +72,9 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 		claim:   3 * cfg.retry,
 		live:    3 * cfg.retry,
 		fence:   time.Minute,
+
+		replicas:    cfg.replicas,
+		replicaWait: cfg.replicaWait,
 	}
 	b.subs = newSubscriber(rdb, cluster)
 	return b
@@ -110,6 +116,10 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 		ms(r.ttl + b.fence), ms(b.claim), ch, b.pubCmd()}
 	var reply []any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
+		if b.replicas > 0 {
+			reply, err = b.runAcked(ctx, scriptAcquire, luaLib+luaAcquire, keys, args)
+			return err
+		}
 		reply, err = scriptAcquire.Run(ctx, b.rdb, keys, args...).Slice()
 		return err
 	})
@@ -117,6 +127,75 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 		return acquireResult{}, unavailable("acquire", err)
 	}
 	return parseAcquire(reply)
+}
+
+// errNotReplicated is returned when WAIT saw fewer replicas than WithReplicaAck asks for.
+var errNotReplicated = errors.New("not acknowledged by enough replicas")
+
+// runAcked runs a script and WAIT in one pipeline on the connection of the key's master, so
+// WAIT covers exactly that script's writes.
+func (b *redisBackend) runAcked(ctx context.Context, script *redis.Script, src string, keys []string, args []any) ([]any, error) {
+	node, err := b.master(ctx, keys[0])
+	if err != nil {
+		return nil, err
+	}
+	var (
+		eval *redis.Cmd
+		wait *redis.Cmd
+	)
+	send := func(useEval bool) {
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if useEval {
+				eval = p.Eval(ctx, src, keys, args...)
+			} else {
+				eval = p.EvalSha(ctx, script.Hash(), keys, args...)
+			}
+			wait = p.Do(ctx, "WAIT", b.replicas, b.replicaWait.Milliseconds())
+			return nil
+		})
+	}
+	send(false)
+	if eval.Err() != nil && strings.HasPrefix(eval.Err().Error(), "NOSCRIPT") {
+		send(true)
+	}
+	reply, err := eval.Slice()
+	if err != nil {
+		return nil, err
+	}
+	if n, err := wait.Int64(); err != nil {
+		return nil, err
+	} else if n < int64(b.replicas) {
+		return nil, fmt.Errorf("%w: %d of %d", errNotReplicated, n, b.replicas)
+	}
+	return reply, nil
+}
+
+// master returns the client of the node that serves key: rdb itself, or on a Cluster the
+// master of key's slot.
+func (b *redisBackend) master(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := b.rdb.(type) {
+	case *redis.Client:
+		return c, nil
+	case *redis.ClusterClient:
+		return c.MasterForKey(ctx, key)
+	}
+	return nil, fmt.Errorf("WithReplicaAck needs a *redis.Client or *redis.ClusterClient, not %T", b.rdb)
+}
+
+// confirm extends a lock handed to owner to ttl and waits for the replicas, when
+// WithReplicaAck asks for them.
+func (b *redisBackend) confirm(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	keys, _ := b.keys(key)
+	var reply []any
+	err := b.call(ctx, func(ctx context.Context) (err error) {
+		reply, err = b.runAcked(ctx, scriptRenew, luaRenew, keys[:1], []any{owner, ms(ttl)})
+		return err
+	})
+	if err != nil {
+		return false, unavailable("confirm", err)
+	}
+	ok, _ := reply[0].(int64)
+	return ok == 1, nil
 }
 
 func parseAcquire(reply []any) (acquireResult, error) {
