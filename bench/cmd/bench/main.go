@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/lockguard/lockguard/internal/redistest"
+)
+
+// plan holds the sizes of a run; -quick shrinks them.
+type plan struct {
+	quick bool
+
+	uncRounds, uncOps int // uncontended: rounds of ops per contender
+
+	contendedDur  time.Duration // one run of the contended table (8 and 32 goroutines)
+	curveDur      time.Duration // one extra point of the throughput curve
+	goroutines    []int         // table points
+	curve         []int         // all points of the curve (100 us hold)
+	holds         []time.Duration
+	manyKeysDur   time.Duration
+	manyKeys      int
+	manyWorkers   int
+	renewLocks    int
+	renewLease    time.Duration
+	renewPeriods  int // lease periods the locks are held
+	ginDur        time.Duration
+	ginMaxReqs    int
+	ginLowConns   int
+	ginHighConns  int
+	pingsPerCheck int
+}
+
+func newPlan(quick bool) plan {
+	p := plan{
+		quick:         quick,
+		uncRounds:     20,
+		uncOps:        500,
+		contendedDur:  3 * time.Second,
+		curveDur:      1500 * time.Millisecond,
+		goroutines:    []int{8, 32},
+		curve:         []int{1, 2, 4, 8, 16, 32},
+		holds:         []time.Duration{100 * time.Microsecond, 0},
+		manyKeysDur:   3 * time.Second,
+		manyKeys:      10000,
+		manyWorkers:   64,
+		renewLocks:    10000,
+		renewLease:    1500 * time.Millisecond,
+		renewPeriods:  3,
+		ginDur:        4 * time.Second,
+		ginMaxReqs:    200000,
+		ginLowConns:   1,
+		ginHighConns:  16,
+		pingsPerCheck: 300,
+	}
+	if quick {
+		p.uncRounds, p.uncOps = 6, 150
+		p.contendedDur, p.curveDur = time.Second, 500*time.Millisecond
+		p.manyKeysDur = time.Second
+		p.renewLocks = 2000
+		p.ginDur = time.Second
+		p.pingsPerCheck = 100
+	}
+	return p
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == loadgenArg {
+		os.Exit(loadgenMain(os.Args[2:]))
+	}
+	quick := flag.Bool("quick", false, "short run for development (numbers are noisier)")
+	out := flag.String("out", "../docs", "directory for performance.md; plots go to its img/ subdirectory")
+	flag.Parse()
+	log.SetFlags(log.Ltime)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, newPlan(*quick), *out); err != nil {
+		log.Printf("bench: %v", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, p plan, out string) error {
+	started := time.Now()
+	srv, err := redistest.Launch()
+	if err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	defer func() { _ = srv.Close() }()
+	log.Printf("redis-server on %s", srv.Addr())
+
+	b, err := newBench(ctx, srv, p)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+
+	rep := &report{plan: p, started: started, settings: settings(b)}
+	if rep.machine, err = b.machine(ctx); err != nil {
+		return err
+	}
+	steps := []struct {
+		name string
+		fn   func(context.Context, *report) error
+	}{
+		{"uncontended", b.uncontended},
+		{"contended", b.contended},
+		{"many keys", b.manyKeys},
+		{"renewal", b.renewal},
+		{"gin", b.gin},
+	}
+	for _, s := range steps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		log.Printf("scenario: %s", s.name)
+		b.pingCheck(ctx)
+		if err := s.fn(ctx, rep); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	b.pingCheck(ctx)
+	rep.ping = &b.pings
+	rep.machine.loadEnd = loadAvg()
+	rep.elapsed = time.Since(started)
+
+	imgDir := filepath.Join(out, "img")
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return err
+	}
+	if err := rep.plots(imgDir); err != nil {
+		return fmt.Errorf("plots: %w", err)
+	}
+	path := filepath.Join(out, "performance.md")
+	if err := os.WriteFile(path, rep.markdown(), 0o644); err != nil {
+		return err
+	}
+	log.Printf("wrote %s and %s/*.png in %v", path, imgDir, rep.elapsed.Round(time.Second))
+	return nil
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"slices"
+	"time"
+
+	"github.com/lockguard/lockguard/bench/internal/contenders"
+	"github.com/lockguard/lockguard/bench/internal/metrics"
+)
+
+// floorName is the bare SET NX PX + DEL pair that uncontended latency is compared with.
+const floorName = "SET NX + DEL (floor)"
+
+// uncontendedResult is one contender (or the floor) in the uncontended scenario.
+type uncontendedResult struct {
+	name       string
+	lat        metrics.Sample
+	ops        int64
+	counts     metrics.Counts // hook counts over all measured ops
+	topLevel   int64          // commandstats calls of the contender's top-level commands
+	serverUsec int64          // server time of those commands (scripts include their inner calls)
+	otherCalls int64          // commandstats calls of everything else (script inner calls)
+}
+
+func (r *uncontendedResult) perOp(n int64) float64 { return float64(n) / float64(r.ops) }
+
+// op is one measured Acquire+Release.
+type op func(ctx context.Context) error
+
+// uncontended measures Acquire+Release on a free key, one goroutine, in rounds that rotate the
+// order of contenders; the floor is a bare SET NX PX + DEL on the same kind of client.
+func (b *bench) uncontended(ctx context.Context, rep *report) error {
+	names := append([]string{floorName}, contenders.Names...)
+	ops := map[string]op{}
+	top := map[string][]string{floorName: {"set", "del"}}
+	rts := map[string]*metrics.RoundTrips{}
+	res := map[string]*uncontendedResult{}
+	for _, name := range names {
+		res[name] = &uncontendedResult{name: name}
+		key := "bench:unc:" + name
+		if name == floorName {
+			c := b.newClient()
+			defer func() { _ = c.Close() }()
+			rts[name] = c.rt
+			ops[name] = func(ctx context.Context) error {
+				if err := c.SetNX(ctx, key, "v", 10*time.Second).Err(); err != nil {
+					return err
+				}
+				return c.Del(ctx, key).Err()
+			}
+			continue
+		}
+		ct := b.contender(name, contenders.Config{})
+		defer ct.stop()
+		rts[name] = ct.c.rt
+		top[name] = ct.TopLevel()
+		ops[name] = func(ctx context.Context) error {
+			lk, err := ct.Acquire(ctx, key)
+			if err != nil {
+				return err
+			}
+			return lk.Release(ctx)
+		}
+	}
+	// Warm up: connections dialled, scripts loaded.
+	for _, name := range names {
+		for range 200 {
+			if err := ops[name](ctx); err != nil {
+				return fmt.Errorf("%s warm-up: %w", name, err)
+			}
+		}
+	}
+	for round := range b.plan.uncRounds {
+		for _, name := range rotate(names, round) {
+			r := res[name]
+			cs0 := b.commandStats(ctx)
+			c0 := rts[name].Snapshot()
+			for range b.plan.uncOps {
+				t := time.Now()
+				if err := ops[name](ctx); err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				r.lat.Add(time.Since(t))
+			}
+			r.counts = addCounts(r.counts, rts[name].Snapshot().Sub(c0))
+			d := b.commandStats(ctx).Sub(cs0)
+			r.topLevel += d.Sum(top[name]...)
+			r.serverUsec += d.SumUsec(top[name]...)
+			for cmd, st := range d {
+				if cmd != "info" && !slices.Contains(top[name], cmd) {
+					r.otherCalls += st.Calls
+				}
+			}
+			r.ops += int64(b.plan.uncOps)
+		}
+	}
+	for _, name := range names {
+		r := res[name]
+		log.Printf("  %-22s p50 %v p99 %v rt/op %.2f", name, r.lat.Quantile(0.5), r.lat.Quantile(0.99), r.perOp(r.counts.RoundTrips))
+		rep.uncontended = append(rep.uncontended, r)
+	}
+	return nil
+}
+
+func addCounts(a, b metrics.Counts) metrics.Counts {
+	return metrics.Counts{RoundTrips: a.RoundTrips + b.RoundTrips, Requests: a.Requests + b.Requests}
+}
