@@ -1,0 +1,97 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
+)
+
+// Fault 7: the master holding the lock's slot fails over to its replica in the middle of a
+// run (CLUSTER FAILOVER FORCE: the replica takes over without waiting to catch up, as after a
+// master crash). Measured with the default settings and with WithReplicaAck.
+func TestFaultClusterFailover(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"default", nil},
+		{"WithReplicaAck(1, 50ms)", []dlock.Option{dlock.WithReplicaAck(1, 50*time.Millisecond)}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			cl := redistest.StartCluster(t, redistest.WithReplicas(1))
+			rdb := cl.Client(t, func(o *redis.ClusterOptions) {
+				o.ReadTimeout, o.DialTimeout = 300*time.Millisecond, 300*time.Millisecond
+			})
+			b := &bank{t: t, resSrv: redistest.Start(t), key: t.Name(), rec: NewRecorder(nil)}
+			b.store = NewStore(b.resSrv.Client(t), strings.ReplaceAll(t.Name(), "/", "_"))
+			c := dlock.New(rdb, append([]dlock.Option{dlock.WithLease(lease), dlock.WithRetryInterval(retry)}, mode.opts...)...)
+			t.Cleanup(func() { _ = c.Close() })
+
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+			defer cancel()
+			wait := b.run(ctx, c, 6, 5*time.Millisecond)
+			time.Sleep(2 * time.Second)
+
+			lockKey := "lockguard:{" + b.key + "}:lock"
+			master, err := cl.MasterOf(context.Background(), lockKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			replica := replicaOf(t, master)
+			start := time.Now()
+			if err := replica.Do(context.Background(), "CLUSTER", "FAILOVER", "FORCE").Err(); err != nil {
+				t.Fatal(err)
+			}
+			wctx, wcancel := context.WithTimeout(context.Background(), 15*time.Second)
+			for {
+				now, err := cl.MasterOf(wctx, lockKey)
+				if err == nil && now.Addr() != master.Addr() {
+					break
+				}
+				if wctx.Err() != nil {
+					t.Fatal("the slot never moved to the replica")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			err = cl.WaitOK(wctx)
+			wcancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			heal := time.Now()
+			wait()
+			r := b.check("cluster failover (CLUSTER FAILOVER FORCE), "+mode.name, heal,
+				fmt.Sprintf("failover_took=%v", heal.Sub(start).Round(time.Millisecond)))
+			if r.FirstAckAfter == 0 || r.FirstAckAfter > 3*time.Second {
+				t.Errorf("work resumed %v after the failover", r.FirstAckAfter)
+			}
+		})
+	}
+}
+
+// replicaOf returns a client on the replica of master (tests only).
+func replicaOf(t *testing.T, master *redistest.Server) *redis.Client {
+	t.Helper()
+	mc := master.Client(t)
+	id, err := mc.Do(context.Background(), "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := mc.Do(context.Background(), "CLUSTER", "REPLICAS", id).StringSlice()
+	if err != nil || len(lines) == 0 {
+		t.Fatalf("replicas of %s: %v %v", master.Addr(), lines, err)
+	}
+	addr := strings.SplitN(strings.Fields(lines[0])[1], "@", 2)[0]
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rc.Close() })
+	return rc
+}
