@@ -1,0 +1,131 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
+)
+
+// startSentinel runs one Redis Sentinel (redis-server sentinel.conf --sentinel) watching
+// master as "lg" with quorum 1, on a free loopback port, stopped at the end of the test.
+func startSentinel(t *testing.T, master *redistest.Server) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor lg 127.0.0.1 %d 1\n"+
+		"sentinel down-after-milliseconds lg 1000\nsentinel failover-timeout lg 5000\n", port, dir, master.Port())
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("redis-server", conf, "--sentinel")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = sc.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := sc.GetMasterAddrByName(context.Background(), "lg").Result(); err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sentinel did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitLinked waits until replica has synced with its master.
+func waitLinked(t *testing.T, replica *redistest.Server) {
+	t.Helper()
+	rc := replica.Client(t)
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(rc.Info(context.Background(), "replication").Val(), "master_link_status:up") {
+		if time.Now().After(deadline) {
+			t.Fatal("replica never synced")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Fault 7, Sentinel: SENTINEL FAILOVER promotes the replica mid-run; the failover client
+// follows. Measured with the default settings and with WithReplicaAck.
+func TestFaultSentinelFailover(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"default", nil},
+		{"WithReplicaAck(1, 50ms)", []dlock.Option{dlock.WithReplicaAck(1, 50*time.Millisecond)}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			fast := redistest.WithArgs("--repl-diskless-sync-delay", "0")
+			master := redistest.Start(t, fast)
+			// Two replicas: one to promote, one that follows the new master at once.
+			for range 2 {
+				replica := redistest.Start(t, fast, redistest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
+				waitLinked(t, replica)
+			}
+			sentinel := startSentinel(t, master)
+			rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "lg", SentinelAddrs: []string{sentinel},
+				ReadTimeout: 300 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
+			t.Cleanup(func() { _ = rdb.Close() })
+			b := &bank{t: t, resSrv: redistest.Start(t), key: t.Name(), rec: NewRecorder(nil)}
+			b.store = NewStore(b.resSrv.Client(t), t.Name())
+			c := dlock.New(rdb, append([]dlock.Option{dlock.WithLease(lease), dlock.WithRetryInterval(retry)}, mode.opts...)...)
+			t.Cleanup(func() { _ = c.Close() })
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			wait := b.run(ctx, c, 6, 5*time.Millisecond)
+			time.Sleep(2 * time.Second)
+			sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
+			defer sc.Close()
+			start := time.Now()
+			if err := sc.Failover(context.Background(), "lg").Err(); err != nil {
+				t.Fatal(err)
+			}
+			for {
+				addr, err := sc.GetMasterAddrByName(context.Background(), "lg").Result()
+				if err == nil && addr[1] != strconv.Itoa(master.Port()) {
+					break
+				}
+				if time.Since(start) > 15*time.Second {
+					t.Fatal("sentinel never promoted the replica")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			heal := time.Now()
+			wait()
+			r := b.check("sentinel failover (SENTINEL FAILOVER), "+mode.name, heal,
+				fmt.Sprintf("failover_took=%v", heal.Sub(start).Round(time.Millisecond)))
+			if r.FirstAckAfter == 0 || r.FirstAckAfter > 5*time.Second {
+				t.Errorf("work resumed %v after the failover", r.FirstAckAfter)
+			}
+		})
+	}
+}
