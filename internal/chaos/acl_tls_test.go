@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,6 +41,27 @@ const lockguardACL = "on ~lockguard:* resetchannels &lockguard:* -@all " +
 	"+subscribe +unsubscribe +ssubscribe +sunsubscribe +publish +spublish " +
 	"+del +exists +hdel +hget +hlen +hset +hsetnx +pexpire +pttl +set +time " +
 	"+zadd +zrange +zrangebyscore +zrem +zremrangebyscore"
+
+// Every command dlock's scripts call must be in lockguardACL: a script that gains a command
+// otherwise fails only for users with an ACL.
+func TestACLCoversScripts(t *testing.T) {
+	files, err := filepath.Glob("../../dlock/scripts/*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("dlock scripts: %v", err)
+	}
+	allowed := strings.Fields(lockguardACL)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`redis\.call\('([A-Za-z]+)'`).FindAllSubmatch(src, -1) {
+			if cmd := "+" + strings.ToLower(string(m[1])); !slices.Contains(allowed, cmd) {
+				t.Errorf("%s calls %s, which lockguardACL (and docs/reliability-security.md) lacks", filepath.Base(f), m[1])
+			}
+		}
+	}
+}
 
 // exerciseLocks runs dlock's main paths on c and fails t on any error: free acquire, busy
 // TryAcquire, a queued waiter served by hand-off, renewal past the lease, re-entry, a
