@@ -18,10 +18,10 @@ type backend interface {
 	// reenter adds the hold entry for an owner that has the lock; holds < 0: not the owner.
 	reenter(ctx context.Context, key, owner, entry string) (holds int, err error)
 	// release drops the hold entry (storing a completion record first when asked); at the last
-	// hold the lock is freed and handed to the next waiter. owned false: not the owner.
-	release(ctx context.Context, r releaseRequest) (holdsLeft int, owned bool, err error)
+	// hold the lock is freed and handed to the next waiter.
+	release(ctx context.Context, r releaseRequest) (releaseResult, error)
 	// leave takes a waiter out of line; a lock handed to it meanwhile is passed on.
-	leave(ctx context.Context, r acquireRequest) error
+	leave(ctx context.Context, r acquireRequest) (handOff, error)
 	// renew extends each lease still owned by its owner; ok[i] reports which.
 	renew(ctx context.Context, rs []renewal) (ok []bool, err error)
 	// confirm makes a handed-off lock durable before its waiter uses it: extend it to ttl and,
@@ -32,6 +32,12 @@ type backend interface {
 	record(ctx context.Context, key string) ([]byte, bool, error)
 	// listen delivers hand-off notices for one waiting owner.
 	listen(ctx context.Context, key, owner string) (listener, error)
+	// listenReady is listen when notices for key already reach this process, else nil: then
+	// no notice can be missed between a look and the listener.
+	listenReady(key, owner string) listener
+	// deliver passes a hand-off this process made to its waiter here, if it is one of ours,
+	// ahead of the message.
+	deliver(key string, h handOff)
 	// handOffLease is how long a lock handed to a waiter stays valid before the waiter
 	// confirms it with a renewal.
 	handOffLease(ttl time.Duration) time.Duration
@@ -68,6 +74,19 @@ type releaseRequest struct {
 	storeRecord       bool
 	record            []byte
 	retention         time.Duration
+}
+
+// releaseResult: owned false means the caller did not own the lock.
+type releaseResult struct {
+	left  int
+	owned bool
+	next  handOff
+}
+
+// handOff names the waiter a release passed the lock to; owner "" when none.
+type handOff struct {
+	owner string
+	token int64
 }
 
 type renewal struct {

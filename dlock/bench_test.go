@@ -68,6 +68,30 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.ReportMetric(float64(rt.n.Load())/float64(b.N), "roundtrips/op")
 }
 
+// BenchmarkAcquireReleaseRequestContext is BenchmarkAcquireRelease with a cancellable
+// context, as an HTTP request or a task carries.
+func BenchmarkAcquireReleaseRequestContext(b *testing.B) {
+	for _, cte := range []bool{false, true} {
+		b.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", cte), func(b *testing.B) {
+			srv := redistest.Start(b)
+			rdb := srv.Client(b, func(o *redis.Options) { o.ContextTimeoutEnabled = cte })
+			c := dlock.New(rdb)
+			b.Cleanup(func() { _ = c.Close() })
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for b.Loop() {
+				lk, err := c.Acquire(ctx, "bench-request")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := lk.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkBareSetNXDel is the floor of BenchmarkAcquireRelease: SET NX PX then DEL.
 func BenchmarkBareSetNXDel(b *testing.B) {
 	rdb, _, _ := benchSetup(b)

@@ -190,7 +190,7 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 	}
 
 	r.key, r.owner, r.entry = l.key, l.owner, lk.entry
-	left, owned, err := l.c.be.release(ctx, r)
+	res, err := l.c.be.release(ctx, r)
 	switch {
 	case err != nil:
 		if last {
@@ -198,11 +198,14 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 			l.end(ErrNotHeld)
 		}
 		return err
-	case !owned:
+	case !res.owned:
 		err := lost("released by its owner but held by no one or another owner")
 		l.end(err)
 		return err
-	case left == 0:
+	case res.left == 0:
+		if res.next.owner != "" {
+			l.c.be.deliver(l.key, res.next)
+		}
 		l.end(ErrNotHeld)
 	}
 	return nil

@@ -56,6 +56,7 @@ type redisBackend struct {
 	// replicas > 0: writes that grant a lock are followed by WAIT replicas replicaWait.
 	replicas    int
 	replicaWait time.Duration
+	ctxTimeouts bool // the client ends calls at their context's deadline itself
 	subs        *subscriber
 
 	mu      sync.Mutex
@@ -75,6 +76,12 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 
 		replicas:    cfg.replicas,
 		replicaWait: cfg.replicaWait,
+	}
+	switch c := rdb.(type) {
+	case *redis.Client:
+		b.ctxTimeouts = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		b.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	}
 	b.subs = newSubscriber(rdb, cluster)
 	return b
@@ -112,8 +119,7 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 	if r.skipCompleted {
 		skip = 1
 	}
-	args := []any{r.owner, ms(r.ttl), wait, ms(b.live), skip, b.member(r),
-		ms(r.ttl + b.fence), ms(b.claim), ch, b.pubCmd()}
+	args := []any{r.owner, ms(r.ttl), wait, ms(b.live), skip, b.member(r), ms(b.claim), ch, b.pubCmd()}
 	var reply []any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
 		if b.replicas > 0 {
@@ -239,7 +245,7 @@ func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string) (i
 	return int(n), nil
 }
 
-func (b *redisBackend) release(ctx context.Context, r releaseRequest) (int, bool, error) {
+func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
 	keys, ch := b.keys(r.key)
 	store := 0
 	if r.storeRecord {
@@ -247,30 +253,44 @@ func (b *redisBackend) release(ctx context.Context, r releaseRequest) (int, bool
 	}
 	args := []any{r.owner, r.entry, store, r.record, ms(r.retention), ms(b.fence),
 		ms(b.claim), ch, b.pubCmd()}
-	var reply []int64
+	var reply []any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
-		reply, err = scriptRelease.Run(ctx, b.rdb, keys, args...).Int64Slice()
+		reply, err = scriptRelease.Run(ctx, b.rdb, keys, args...).Slice()
 		return err
 	})
 	if err != nil {
-		return 0, false, unavailable("release", err)
+		return releaseResult{}, unavailable("release", err)
 	}
-	if len(reply) != 2 {
-		return 0, false, unavailable("release", fmt.Errorf("unexpected reply %v", reply))
+	if len(reply) < 2 {
+		return releaseResult{}, unavailable("release", fmt.Errorf("unexpected reply %v", reply))
 	}
-	return int(reply[1]), reply[0] == 1, nil
+	status, _ := reply[0].(int64)
+	left, _ := reply[1].(int64)
+	res := releaseResult{left: int(left), owned: status == 1}
+	if len(reply) == 4 {
+		res.next.owner, _ = reply[2].(string)
+		res.next.token, _ = reply[3].(int64)
+	}
+	return res, nil
 }
 
-func (b *redisBackend) leave(ctx context.Context, r acquireRequest) error {
+func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, error) {
 	keys, ch := b.keys(r.key)
 	args := []any{r.owner, b.member(r), ms(b.fence), ms(b.claim), ch, b.pubCmd()}
-	err := b.call(ctx, func(ctx context.Context) error {
-		return scriptLeave.Run(ctx, b.rdb, keys, args...).Err()
+	var reply []any
+	err := b.call(ctx, func(ctx context.Context) (err error) {
+		reply, err = scriptLeave.Run(ctx, b.rdb, keys, args...).Slice()
+		return err
 	})
 	if err != nil {
-		return unavailable("leave", err)
+		return handOff{}, unavailable("leave", err)
 	}
-	return nil
+	var h handOff
+	if len(reply) == 2 {
+		h.owner, _ = reply[0].(string)
+		h.token, _ = reply[1].(int64)
+	}
+	return h, nil
 }
 
 // renew sends one script call per chunk of keys (per hash slot on a Cluster), all pipelined:
@@ -378,13 +398,31 @@ func (b *redisBackend) record(ctx context.Context, key string) ([]byte, bool, er
 	return val, true, nil
 }
 
-func (b *redisBackend) listen(ctx context.Context, key, owner string) (listener, error) {
+func (b *redisBackend) channel(key string) (string, int) {
 	keys, ch := b.keys(key)
 	slot := 0
 	if b.cluster {
 		slot = hashSlot(keys[0])
 	}
+	return ch, slot
+}
+
+func (b *redisBackend) listen(ctx context.Context, key, owner string) (listener, error) {
+	ch, slot := b.channel(key)
 	return b.subs.listen(ctx, ch, slot, owner)
+}
+
+func (b *redisBackend) listenReady(key, owner string) listener {
+	ch, slot := b.channel(key)
+	if l := b.subs.listenReady(ch, slot, owner); l != nil {
+		return l
+	}
+	return nil
+}
+
+func (b *redisBackend) deliver(key string, h handOff) {
+	ch, slot := b.channel(key)
+	b.subs.deliver(ch, slot, h.owner, h.token)
 }
 
 func (b *redisBackend) handOffLease(ttl time.Duration) time.Duration { return min(ttl, b.claim) }
@@ -401,9 +439,11 @@ func (b *redisBackend) close() error {
 // call runs fn and returns when it is done or ctx ends, whichever comes first, so a wait
 // respects its context even when the Redis client was built without ContextTimeoutEnabled
 // (then a command blocks for up to ReadTimeout). An abandoned call finishes in the background;
-// close waits for it.
+// close waits for it. With ContextTimeoutEnabled, go-redis itself ends a call at the context's
+// deadline and fn is called directly, saving a goroutine per call; a cancellation without a
+// deadline then ends a call in flight at the client's ReadTimeout at the latest.
 func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error) error {
-	if ctx.Done() == nil {
+	if ctx.Done() == nil || b.ctxTimeouts {
 		return fn(ctx)
 	}
 	if err := ctx.Err(); err != nil {

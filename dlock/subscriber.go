@@ -93,6 +93,52 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 	return l, nil
 }
 
+// listenReady registers a listener only if channel is subscribed and confirmed already.
+func (s *subscriber) listenReady(channel string, slot int, owner string) listener {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conn := s.conns[slot]
+	if s.closed || conn == nil {
+		return nil
+	}
+	cs := conn.chans[channel]
+	if cs == nil {
+		return nil
+	}
+	select {
+	case <-cs.ready:
+	default:
+		return nil
+	}
+	l := &chanListener{s: s, slot: slot, channel: channel, owner: owner, ready: cs.ready, c: make(chan notice, 4)}
+	cs.listeners[l] = struct{}{}
+	return l
+}
+
+// deliver hands a notice to the local listeners of owner on channel, as a message would.
+func (s *subscriber) deliver(channel string, slot int, owner string, token int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if conn := s.conns[slot]; conn != nil {
+		s.notifyLocked(conn, channel, owner, token)
+	}
+}
+
+func (s *subscriber) notifyLocked(conn *psConn, channel, owner string, token int64) {
+	cs := conn.chans[channel]
+	if cs == nil {
+		return
+	}
+	for l := range cs.listeners {
+		if l.owner == owner {
+			select {
+			case l.c <- notice{token: token}:
+			default:
+			}
+		}
+	}
+}
+
 // dispatch routes messages of one connection to the listeners of their owner.
 func (s *subscriber) dispatch(slot int, conn *psConn, msgs <-chan any) {
 	defer s.wg.Done()
@@ -121,16 +167,7 @@ func (s *subscriber) dispatch(slot int, conn *psConn, msgs <-chan any) {
 				continue
 			}
 			s.mu.Lock()
-			if cs := conn.chans[m.Channel]; cs != nil {
-				for l := range cs.listeners {
-					if l.owner == owner {
-						select {
-						case l.c <- notice{token: token}:
-						default:
-						}
-					}
-				}
-			}
+			s.notifyLocked(conn, m.Channel, owner, token)
 			s.mu.Unlock()
 		}
 	}

@@ -29,6 +29,17 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 		}
 		return res, err
 	}
+	// A waiter on a channel this process already listens to registers before its first look,
+	// so no hand-off can slip between the look and the listener, and one look is enough.
+	var lis listener
+	if r.wait {
+		lis = c.be.listenReady(r.key, r.owner)
+	}
+	defer func() {
+		if lis != nil {
+			lis.Close()
+		}
+	}()
 	res, err := try()
 	if err != nil {
 		return g, c.waitErr(ctx, err)
@@ -36,33 +47,37 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 	if done, err := c.settled(&g, r, res); done {
 		return g, err
 	}
-
-	// Queued. Listen for the hand-off, then look once more: the release may have come
-	// between our first look and the subscription.
-	lis, err := c.be.listen(ctx, r.key, r.owner)
-	if err != nil {
-		c.cleanup(ctx, r)
-		return g, c.waitErr(ctx, err)
-	}
-	defer lis.Close()
+	queuedAt := g.sent
 	timer := time.NewTimer(c.cfg.retry)
 	defer timer.Stop()
-	select {
-	case <-lis.Ready():
-	case <-timer.C:
-	case <-ctx.Done():
-		c.cleanup(ctx, r)
-		return g, &waitError{ctxErr: ctx.Err()}
-	}
-	queuedAt := g.sent
-	for {
-		if res, err = try(); err != nil {
+	look := false
+	if lis == nil {
+		// Listen for the hand-off, then look once more: the release may have come between
+		// our first look and the subscription.
+		if lis, err = c.be.listen(ctx, r.key, r.owner); err != nil {
+			c.cleanup(ctx, r)
 			return g, c.waitErr(ctx, err)
 		}
-		if done, err := c.settled(&g, r, res); done {
-			return g, err
+		select {
+		case <-lis.Ready():
+		case <-timer.C:
+		case <-ctx.Done():
+			c.cleanup(ctx, r)
+			return g, &waitError{ctxErr: ctx.Err()}
 		}
-		queuedAt = g.sent
+		look = true
+	}
+	for {
+		if look {
+			if res, err = try(); err != nil {
+				return g, c.waitErr(ctx, err)
+			}
+			if done, err := c.settled(&g, r, res); done {
+				return g, err
+			}
+			queuedAt = g.sent
+		}
+		look = true
 		next := c.cfg.retry
 		if res.pttl > 0 && res.pttl < next {
 			next = res.pttl + time.Millisecond
@@ -124,7 +139,7 @@ func (c *Client) dropHold(ctx context.Context, key, owner, entry string) {
 	c.wd.background(func() {
 		cctx, cancel := releaseContext(ctx)
 		defer cancel()
-		if _, _, err := c.be.release(cctx, releaseRequest{key: key, owner: owner, entry: entry}); err != nil {
+		if _, err := c.be.release(cctx, releaseRequest{key: key, owner: owner, entry: entry}); err != nil {
 			c.log.Warn("dlock: removing a hold after a failed re-entry failed; it goes with the lock",
 				"key_hash", hashKey(key), "err", err)
 		}
@@ -140,9 +155,12 @@ func (c *Client) cleanup(ctx context.Context, r acquireRequest) {
 	c.wd.background(func() {
 		cctx, cancel := releaseContext(ctx)
 		defer cancel()
-		if err := c.be.leave(cctx, r); err != nil {
+		h, err := c.be.leave(cctx, r)
+		if err != nil {
 			c.log.Warn("dlock: leaving the line failed; the place expires by itself",
 				"key_hash", hashKey(r.key), "err", err)
+		} else if h.owner != "" {
+			c.be.deliver(r.key, h)
 		}
 	})
 }

@@ -17,6 +17,7 @@ type watchdog struct {
 	leases  map[*lease]struct{}
 	running bool
 	closed  bool
+	next    time.Time // when the sleeping loop wakes up; zero while it works
 	wake    chan struct{}
 	stop    chan struct{}
 	wg      sync.WaitGroup // the loop and background clean-ups
@@ -54,11 +55,19 @@ func (w *watchdog) add(l *lease) {
 		go w.run()
 		return
 	}
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	// Wake the loop only if this lease is due before it would wake anyway: acquisitions with
+	// the Client lease are due after every lease already watched.
+	if !w.next.IsZero() && l.renewAt.Before(w.next) {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 }
+
+// idleLinger is how long the loop waits for new leases before it exits, so a Client that
+// takes a lock now and then does not start a goroutine for each.
+const idleLinger = 10 * time.Second
 
 func (w *watchdog) remove(l *lease) {
 	w.mu.Lock()
@@ -104,15 +113,26 @@ func (w *watchdog) run() {
 }
 
 // collect returns the leases due now (or within a tenth of their lease) and the time of the
-// next renewal; ok is false when there is nothing left to watch, and the loop must exit.
+// next renewal, which it records as the loop's wake-up time. With nothing to watch it returns
+// idleLinger from now, and ok is false once the loop has been idle that long: it must exit.
 func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if len(w.leases) == 0 || w.closed {
-		w.running = false
+	now := time.Now()
+	if w.closed {
+		w.running, w.next = false, time.Time{}
 		return nil, next, false
 	}
-	now := time.Now()
+	if len(w.leases) == 0 {
+		if !w.next.IsZero() && !now.Before(w.next) {
+			w.running, w.next = false, time.Time{}
+			return nil, next, false
+		}
+		if w.next.IsZero() {
+			w.next = now.Add(idleLinger)
+		}
+		return nil, w.next, true
+	}
 	for l := range w.leases {
 		l.mu.Lock()
 		at, slack := l.renewAt, l.ttl/10
@@ -123,6 +143,7 @@ func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 			next = at
 		}
 	}
+	w.next = next // zero while renewing: every add wakes the loop then
 	return due, next, true
 }
 

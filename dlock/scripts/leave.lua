@@ -1,18 +1,17 @@
 -- leave: a waiter gives up. If a hand-off made it the holder meanwhile, pass the lock on.
 -- ARGV: 1 owner, 2 queue member, 3 fence ttl ms, 4 claim ms, 5 channel, 6 publish command
--- Returns 1 when a hand-off was passed on, else 0.
+-- Returns {next owner, its token} when the lock was passed on to a waiter, else {}.
 local owner = ARGV[1]
 dequeue(ARGV[2])
-local holder = redis.call('HGET', KEYS[1], 'o')
-local fence_ttl = tonumber(ARGV[3])
-if holder == owner then
+local cur = redis.call('HMGET', KEYS[1], 'o', 't')
+if cur[1] == owner then
   redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[4], 'r', owner)
-  redis.call('PEXPIRE', KEYS[4], fence_ttl)
-  hand_off(now_us(), fence_ttl, tonumber(ARGV[4]), ARGV[5], ARGV[6])
-  return 1
+  ended(owner, cur[2], tonumber(ARGV[3]))
+elseif cur[1] then
+  return {}
 end
-if not holder then
-  hand_off(now_us(), fence_ttl, tonumber(ARGV[4]), ARGV[5], ARGV[6])
+local next_owner, t = hand_off(now_us(), tonumber(ARGV[4]), ARGV[5], ARGV[6])
+if next_owner then
+  return {next_owner, t}
 end
-return 0
+return {}

@@ -17,18 +17,23 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
--- Tokens are max(last + 1, server time in microseconds): strictly increasing while the fence
--- hash lives, and still above every earlier token after it was lost (expired, flushed, restart)
--- as long as the server clock does not step back.
-local function next_token(nowus, fence_ttl)
+-- Tokens are max(last + 1, server time in microseconds), where last is the token of the last
+-- release (kept in the fence hash by release). Tokens track the server clock, so a token is
+-- above every earlier one also after a lease expired without a release or the fence hash was
+-- lost (expired, flushed, restart), as long as the server clock does not step back.
+local function next_token(nowus)
   local last = tonumber(redis.call('HGET', KEYS[4], 't') or '0')
-  local t = nowus
-  if last >= t then
-    t = last + 1
+  if last >= nowus then
+    return last + 1
   end
-  redis.call('HSET', KEYS[4], 't', fmt(t))
+  return nowus
+end
+
+-- ended records a full release in the fence hash: the last token, and the owner, so that a
+-- retried release answers released instead of lost.
+local function ended(owner, token, fence_ttl)
+  redis.call('HSET', KEYS[4], 't', token, 'r', owner)
   redis.call('PEXPIRE', KEYS[4], fence_ttl)
-  return t
 end
 
 local function grant(owner, token, lease)
@@ -56,13 +61,16 @@ end
 -- "<owner> <token>". The new holder gets min(its ttl, claim) until it confirms with a renewal,
 -- so a waiter that died after its last heartbeat blocks the line for at most claim.
 -- A waiter that asked to skip completed work is told "<owner> 0" (look again) when a record
--- exists, and the next waiter is considered.
-local function hand_off(nowus, fence_ttl, claim, channel, pubcmd)
+-- exists, and the next waiter is considered. Returns the new holder and its token, or nil.
+local function hand_off(nowus, claim, channel, pubcmd)
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    return nil
+  end
   purge(math.floor(nowus / 1000))
   while true do
     local head = redis.call('ZRANGE', KEYS[2], 0, 0)
     if #head == 0 then
-      return
+      return nil
     end
     local m = head[1]
     dequeue(m)
@@ -71,14 +79,14 @@ local function hand_off(nowus, fence_ttl, claim, channel, pubcmd)
       if flag == '1' and redis.call('EXISTS', KEYS[5]) == 1 then
         redis.call(pubcmd, channel, owner .. ' 0')
       else
-        local t = next_token(nowus, fence_ttl)
+        local t = next_token(nowus)
         local lease = tonumber(ttl)
         if claim < lease then
           lease = claim
         end
         grant(owner, t, lease)
         redis.call(pubcmd, channel, owner .. ' ' .. fmt(t))
-        return
+        return owner, t
       end
     end
   end
