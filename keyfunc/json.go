@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxJSONDepth is the deepest nesting of objects and arrays a body may have for JSON parts;
@@ -21,6 +22,11 @@ const maxExponentDigits = 9
 // parseJSON decodes one JSON value with exact numbers (json.Number), after checking depth.
 // Duplicate object members keep the last value, as encoding/json does for handlers.
 func parseJSON(body []byte) (any, error) {
+	// encoding/json turns invalid UTF-8 into U+FFFD, which would give "\xff" and "\xfe" one
+	// key; such a body is not JSON (RFC 8259 requires UTF-8), so it is refused.
+	if !utf8.Valid(body) {
+		return nil, fmt.Errorf("%w: not valid UTF-8", ErrMalformedBody)
+	}
 	if err := checkDepth(body, MaxJSONDepth); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package keyfunc
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -103,4 +104,27 @@ func TestBodyHash(t *testing.T) {
 	}
 	deep := strings.Repeat("[", 100) + strings.Repeat("]", 100)
 	hash(deep) // too deep for JSON: hashed raw, no error
+}
+
+// encoding/json reads invalid UTF-8 as U+FFFD: two different bodies would share a key and a
+// fingerprint. Such bodies are refused for JSON parts and hashed raw by BodyHash.
+func TestInvalidUTF8Body(t *testing.T) {
+	a, b := []byte("{\"order_id\":\"\xff\"}"), []byte("{\"order_id\":\"\xfe\"}")
+	for _, body := range [][]byte{a, b} {
+		_, err := Join(JSON("order_id")).Key(&MapSource{Payload: body})
+		if !errors.Is(err, ErrMalformedBody) {
+			t.Fatalf("JSON part of %q: %v, want ErrMalformedBody", body, err)
+		}
+	}
+	ha, err := Join(BodyHash()).Key(&MapSource{Payload: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb, err := Join(BodyHash()).Key(&MapSource{Payload: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ha == hb {
+		t.Fatal("two bodies differing only in invalid bytes hash alike")
+	}
 }

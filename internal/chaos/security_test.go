@@ -200,6 +200,9 @@ func TestHostileInput(t *testing.T) {
 		{"order_id of 5,000 bytes (cap 4096)", func() *http.Request {
 			return secRequest("POST", "/pay", strings.NewReader(`{"order_id":"`+strings.Repeat("o", 5000)+`"}`), with("Idempotency-Key", "k1"))
 		}, http.StatusBadRequest},
+		{"invalid UTF-8 inside a JSON string", func() *http.Request {
+			return secRequest("POST", "/pay", strings.NewReader("{\"order_id\":\"\xff\"}"), with("Idempotency-Key", "k1"))
+		}, http.StatusBadRequest},
 		{"malformed JSON", func() *http.Request {
 			return secRequest("POST", "/pay", strings.NewReader(`{"order_id":`), with("Idempotency-Key", "k1"))
 		}, http.StatusBadRequest},
