@@ -35,7 +35,7 @@ import (
 // asynqlock's locks need and nothing else: the commands of the Lua scripts (ACLs apply to
 // redis.call too), GET for completion records, pub/sub for hand-offs (sharded on a
 // Cluster), PING for pub/sub health checks; keys and channels under the default prefix.
-// docs/reliability-security.md quotes it.
+// docs/reliability.md quotes it.
 const lockguardACL = "on ~lockguard:* resetchannels &lockguard:* -@all " +
 	"+evalsha +eval +get +ping " +
 	"+subscribe +unsubscribe +ssubscribe +sunsubscribe +publish +spublish " +
@@ -57,7 +57,7 @@ func TestACLCoversScripts(t *testing.T) {
 		}
 		for _, m := range regexp.MustCompile(`redis\.call\('([A-Za-z]+)'`).FindAllSubmatch(src, -1) {
 			if cmd := "+" + strings.ToLower(string(m[1])); !slices.Contains(allowed, cmd) {
-				t.Errorf("%s calls %s, which lockguardACL (and docs/reliability-security.md) lacks", filepath.Base(f), m[1])
+				t.Errorf("%s calls %s, which lockguardACL (and docs/reliability.md) lacks", filepath.Base(f), m[1])
 			}
 		}
 	}
