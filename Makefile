@@ -5,7 +5,7 @@ GO ?= go
 .PHONY: help redis chromium test lint demo e2e bench chaos
 
 help: ## List the targets
-	@grep -E '^[a-z0-9]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-6s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-9s %s\n", $$1, $$2}'
 
 redis: ## Install redis-server and redis-cli if missing (apt-get as root)
 	@./scripts/ensure-redis.sh

@@ -1,13 +1,3 @@
-// Command shop runs the lockguard example shop: the HTTP API and page on -addr and the
-// refund worker, protected by ginlock and asynqlock unless -unprotected is given.
-//
-// With no configuration it starts its own throwaway redis-server on a free loopback port
-// and its own SQLite file in a temporary directory, and removes both on exit. REDIS_ADDR
-// and -db point it at a real Redis and database file instead. SIGINT or SIGTERM shut it
-// down cleanly.
-//
-//	go run ./examples/shop/cmd/shop               # http://127.0.0.1:8080
-//	go run ./examples/shop/cmd/shop -unprotected  # the same shop without locks
 package main
 
 import (
