@@ -121,8 +121,7 @@ func (r *report) writeLosses(w func(string, ...any)) {
 			lines = append(lines, fmt.Sprintf("**Uncontended latency.** lockguard's Acquire+Release p50 is %s against %s for the bare SET NX + DEL pair; "+
 				"peers that are faster: %s. The round trips are the same (%.0f); the difference is work. lockguard's two scripts keep a wait queue and "+
 				"a fencing-token hash: they run %.0f Redis calls inside the server and cost %.0f µs of server time per operation (bare pair: %.0f µs). "+
-				"On the client, each call also makes an owner id, a lease timer and a watchdog entry, and runs in its own goroutine so that it "+
-				"returns when the context ends.",
+				"On the client, each acquisition also makes a random owner id, a lease timer and a watchdog entry.",
 				fmtDur(lg.lat.Quantile(0.5)), fmtDur(floor.lat.Quantile(0.5)), strings.Join(faster, ", "), lg.perOp(lg.counts.RoundTrips),
 				lg.perOp(lg.otherCalls), lg.perOp(lg.serverUsec), floor.perOp(floor.serverUsec)))
 		}
@@ -165,8 +164,8 @@ func (r *report) writeLosses(w func(string, ...any)) {
 		if peers > 0 {
 			line += fmt.Sprintf(" With 2 or more goroutines the faster peer gets its rate by letting the releasing goroutine take the lock straight back "+
 				"(%s of its acquisitions on average; its waiters waited up to %s), while lockguard hands every release to the next waiter in line. "+
-				"A contended lockguard acquisition runs the acquire script twice (join the line, then look again once subscribed) before the "+
-				"release: %.1f round trips per acquisition against %.1f, and %.0f µs of Redis CPU against %.0f. On a machine this small the "+
+				"A contended lockguard acquisition costs %.1f round trips against %.1f (the first waiter on a key looks twice: join the line, "+
+				"then again once subscribed), and %.0f µs of Redis CPU against %.0f: the scripts keep the line. On a machine this small the "+
 				"server's and the client's CPU time per hand-off bounds the rate.", pct(reacq/float64(peers)), fmtDur(peerMaxWait),
 				lgRT/float64(peers), peerRT/float64(peers), lgUs/float64(peers), peerUs/float64(peers))
 		}
