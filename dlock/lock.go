@@ -158,8 +158,10 @@ func (lk *Lock) Release(ctx context.Context) error {
 
 // Complete stores record for the key, kept for retention, and releases this hold in the same
 // atomic step, so no acquisition can come between the two. Later acquisitions with
-// SkipCompleted get a *CompletedError carrying the record instead of the lock. Errors are those
-// of Release; retention must be positive.
+// SkipCompleted get a *CompletedError carrying the record instead of the lock. On a re-entrant
+// (inner) hold the record is stored at once while the outer hold keeps the key locked: waiters
+// with SkipCompleted are then told of the completion before the outer work ends. Errors are
+// those of Release; retention must be positive.
 func (lk *Lock) Complete(ctx context.Context, record []byte, retention time.Duration) error {
 	if retention <= 0 {
 		return fmt.Errorf("dlock: complete %q: retention must be positive, got %v", lk.l.key, retention)
