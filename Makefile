@@ -30,5 +30,7 @@ e2e: redis chromium ## Run the shop's browser test in headless Chromium
 bench: redis ## Compare lockguard with other lock libraries
 	cd bench && $(GO) run ./cmd/bench
 
-chaos: redis ## Run the fault-injection tests
+chaos: redis ## Run the fault-injection tests, then fuzz key derivation and the Gin middleware
 	$(GO) test -race -count=1 -tags chaos -timeout 10m ./internal/chaos/...
+	$(GO) test -run '^$$' -fuzz=FuzzKey -fuzztime=20s ./keyfunc/
+	$(GO) test -run '^$$' -fuzz=FuzzMiddleware -fuzztime=20s ./ginlock/
