@@ -1,0 +1,114 @@
+package dlock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockguard/lockguard/dlock"
+)
+
+func TestClose(t *testing.T) {
+	_, rdb, _ := setup(t)
+	c := dlock.New(rdb)
+	ctx := testContext(t, 10*time.Second)
+	lk, err := c.Acquire(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := dlock.WithLock(ctx, lk)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Done():
+	default:
+		t.Fatal("a lock held at Close is still reported held: nothing renews it any more")
+	}
+	select { // the WithLock context follows the lease asynchronously, like any derived context
+	case <-work.Done():
+	case <-time.After(time.Second):
+		t.Fatal("the lock's context did not end")
+	}
+	if !errors.Is(context.Cause(work), dlock.ErrLockLost) {
+		t.Fatalf("cause %v, want ErrLockLost", context.Cause(work))
+	}
+	if _, err := c.Acquire(ctx, uniqueKey(t)); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Acquire after Close: %v", err)
+	}
+	if _, err := c.TryAcquire(ctx, uniqueKey(t)); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("TryAcquire after Close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestPrefix(t *testing.T) {
+	_, rdb, _ := setup(t)
+	ctx := testContext(t, 5*time.Second)
+	a := newClient(t, rdb, dlock.WithPrefix("app-a"))
+	b := newClient(t, rdb, dlock.WithPrefix("app{b}"))
+	key := uniqueKey(t)
+	la, err := a.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another prefix is another namespace: the same key is free there.
+	lb, err := b.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("prefixes share locks: %v", err)
+	}
+	for _, pattern := range []string{"app-a:{" + key + "}:lock", "app%7Bb%7D:{" + key + "}:lock"} {
+		if n := len(rdb.Keys(ctx, pattern).Val()); n != 1 {
+			t.Errorf("%d keys match %s", n, pattern)
+		}
+	}
+	_ = la.Release(ctx)
+	_ = lb.Release(ctx)
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestLoggerReportsLoss(t *testing.T) {
+	var buf syncBuffer
+	_, rdb, _ := setup(t)
+	c := newClient(t, rdb, dlock.WithLease(300*time.Millisecond),
+		dlock.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	ctx := testContext(t, 5*time.Second)
+	key := "user-secret-" + uniqueKey(t)
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = rdb.Del(ctx, lockKeyOf(t, rdb, key)).Err()
+	<-lk.Done()
+	out := buf.String()
+	if !strings.Contains(out, "lock lost") || !strings.Contains(out, "key_hash=") {
+		t.Fatalf("log: %q", out)
+	}
+	if strings.Contains(out, "user-secret") {
+		t.Fatalf("the raw key reached the log: %q", out)
+	}
+}
