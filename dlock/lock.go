@@ -93,11 +93,12 @@ func (l *lease) end(cause error) bool {
 	if wd != nil {
 		wd.remove(l)
 	}
-	l.cancel(cause)
+	// Count and log first, so whoever Done wakes sees both.
 	l.c.tel.ended(l, cause)
 	if errors.Is(cause, ErrLockLost) {
 		l.c.log.Warn("dlock: lock lost", "key_hash", hashKey(l.key), "token", l.token, "cause", cause)
 	}
+	l.cancel(cause)
 	return true
 }
 
