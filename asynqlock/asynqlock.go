@@ -38,11 +38,8 @@ func Wrap(h asynq.Handler, client *dlock.Client, key *keyfunc.Func, opts ...Opti
 // FromContext returns the lock the middleware holds for the task running with ctx: its
 // Token is a fencing token to pass to the store the handler writes to.
 func FromContext(ctx context.Context) (*dlock.Lock, bool) {
-	lk, ok := ctx.Value(lockKey{}).(*dlock.Lock)
-	return lk, ok
+	return dlock.FromContext(ctx)
 }
-
-type lockKey struct{}
 
 type middleware struct {
 	client *dlock.Client
@@ -102,7 +99,6 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 	}
 
 	hctx := dlock.WithLock(ctx, lk)
-	hctx = context.WithValue(hctx, lockKey{}, lk)
 	if !src.slot.IsZero() {
 		hctx = context.WithValue(hctx, slotKey{}, src.slot)
 	}

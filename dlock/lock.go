@@ -288,6 +288,15 @@ func WithLock(ctx context.Context, lk *Lock) context.Context {
 	return context.WithValue(cctx, ctxKey{}, &held{lk: lk, next: prev})
 }
 
+// FromContext returns the innermost lock that ctx carries (see WithLock), for its fencing
+// token or key; ok is false when ctx carries none. The lock may have ended since: check Err.
+func FromContext(ctx context.Context) (lk *Lock, ok bool) {
+	if h, _ := ctx.Value(ctxKey{}).(*held); h != nil {
+		return h.lk, true
+	}
+	return nil, false
+}
+
 // heldIn returns the innermost live hold of key by c in ctx.
 func heldIn(ctx context.Context, c *Client, key string) *Lock {
 	for h, _ := ctx.Value(ctxKey{}).(*held); h != nil; h = h.next {

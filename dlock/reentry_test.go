@@ -19,7 +19,13 @@ func TestReentrancy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, ok := dlock.FromContext(ctx); ok {
+		t.Fatal("a plain context carries a lock")
+	}
 	lctx := dlock.WithLock(ctx, outer)
+	if got, ok := dlock.FromContext(lctx); !ok || got != outer {
+		t.Fatal("FromContext does not return the lock WithLock put in")
+	}
 	inner, err := c.Acquire(lctx, key) // would deadlock without re-entry
 	if err != nil {
 		t.Fatalf("re-entrant Acquire: %v", err)
