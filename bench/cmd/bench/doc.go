@@ -13,6 +13,6 @@
 // of them alike.
 //
 // The report states the machine, its load, the Redis version and the PING round trip of the
-// run, and judges lockguard's targets (issues 2 and 6) from the measured numbers only. The
+// run, and judges lockguard's performance targets from the measured numbers only. The
 // redis-server is stopped when the run ends, and killed with the process if it dies.
 package main

@@ -98,7 +98,7 @@ func (r *report) markdown() []byte {
 	}
 
 	w("## Targets\n\n")
-	w("The goals lockguard set itself in issues 2 and 6, judged on this run's numbers.\n\n")
+	w("The performance goals lockguard sets itself, judged on this run's numbers.\n\n")
 	w("| target | goal | measured | result |\n|---|---|---|---|\n")
 	for _, t := range r.targets() {
 		w("| %s | %s | %s | %s |\n", t.what, t.goal, t.measured, passFail(t))

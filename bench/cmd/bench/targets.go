@@ -28,7 +28,7 @@ func passFail(t target) string {
 	}
 }
 
-// targets judges lockguard against the goals of issues 2 and 6.
+// targets judges lockguard against its performance goals.
 func (r *report) targets() []target {
 	var ts []target
 	lg, floor := r.findUnc(contenders.Lockguard), r.findUnc(floorName)
