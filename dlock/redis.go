@@ -161,7 +161,7 @@ func (b *redisBackend) runAcked(ctx context.Context, script *redis.Script, src s
 		})
 	}
 	send(false)
-	if eval.Err() != nil && strings.HasPrefix(eval.Err().Error(), "NOSCRIPT") {
+	if isNoScript(eval.Err()) {
 		send(true)
 	}
 	reply, err := eval.Slice()
@@ -349,6 +349,12 @@ func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) 
 	return ok, nil
 }
 
+// isNoScript reports whether the server did not know a script by its SHA (after a restart or
+// failover), so it must be sent in full.
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
+}
+
 // pipeline sends n script commands in one pipeline; the ones the server does not know by SHA
 // (after a restart or failover) are sent again in full.
 func (b *redisBackend) pipeline(ctx context.Context, n int, cmd func(p redis.Pipeliner, i int, useEval bool) *redis.Cmd) ([]*redis.Cmd, error) {
@@ -361,7 +367,7 @@ func (b *redisBackend) pipeline(ctx context.Context, n int, cmd func(p redis.Pip
 	})
 	var again []int
 	for i, c := range cmds {
-		if c.Err() != nil && strings.HasPrefix(c.Err().Error(), "NOSCRIPT") {
+		if isNoScript(c.Err()) {
 			again = append(again, i)
 		}
 	}
@@ -414,10 +420,7 @@ func (b *redisBackend) listen(ctx context.Context, key, owner string) (listener,
 
 func (b *redisBackend) listenReady(key, owner string) listener {
 	ch, slot := b.channel(key)
-	if l := b.subs.listenReady(ch, slot, owner); l != nil {
-		return l
-	}
-	return nil
+	return b.subs.listenReady(ch, slot, owner)
 }
 
 func (b *redisBackend) deliver(key string, h handOff) {

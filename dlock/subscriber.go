@@ -88,9 +88,14 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 		cs = &chanState{ready: make(chan struct{}), listeners: map[*chanListener]struct{}{}}
 		conn.chans[channel] = cs
 	}
+	return s.addLocked(cs, channel, slot, owner), nil
+}
+
+// addLocked registers a listener of owner on a channel's state.
+func (s *subscriber) addLocked(cs *chanState, channel string, slot int, owner string) *chanListener {
 	l := &chanListener{s: s, slot: slot, channel: channel, owner: owner, ready: cs.ready, c: make(chan notice, 4)}
 	cs.listeners[l] = struct{}{}
-	return l, nil
+	return l
 }
 
 // listenReady registers a listener only if channel is subscribed and confirmed already.
@@ -110,9 +115,7 @@ func (s *subscriber) listenReady(channel string, slot int, owner string) listene
 	default:
 		return nil
 	}
-	l := &chanListener{s: s, slot: slot, channel: channel, owner: owner, ready: cs.ready, c: make(chan notice, 4)}
-	cs.listeners[l] = struct{}{}
-	return l
+	return s.addLocked(cs, channel, slot, owner)
 }
 
 // deliver hands a notice to the local listeners of owner on channel, as a message would.
