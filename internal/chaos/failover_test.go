@@ -15,26 +15,37 @@ import (
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
+// failoverModes are the settings each failover fault is measured with.
+var failoverModes = []struct {
+	name string
+	opts []dlock.Option
+}{
+	{"default", nil},
+	{"WithReplicaAck(1, 50ms)", []dlock.Option{dlock.WithReplicaAck(1, 50*time.Millisecond)}},
+}
+
+// bankOn is a bank whose locks live on rdb (a cluster or a failover client) and whose store is
+// on a server of its own, with a dlock Client using opts.
+func bankOn(t *testing.T, rdb redis.UniversalClient, opts ...dlock.Option) (*bank, *dlock.Client) {
+	t.Helper()
+	b := &bank{t: t, resSrv: redistest.Start(t), key: t.Name(), rec: NewRecorder(nil)}
+	b.store = NewStore(b.resSrv.Client(t), strings.ReplaceAll(t.Name(), "/", "_"))
+	c := dlock.New(rdb, append([]dlock.Option{dlock.WithLease(lease), dlock.WithRetryInterval(retry)}, opts...)...)
+	t.Cleanup(func() { _ = c.Close() })
+	return b, c
+}
+
 // Fault 7: the master holding the lock's slot fails over to its replica in the middle of a
 // run (CLUSTER FAILOVER FORCE: the replica takes over without waiting to catch up, as after a
 // master crash). Measured with the default settings and with WithReplicaAck.
 func TestFaultClusterFailover(t *testing.T) {
-	for _, mode := range []struct {
-		name string
-		opts []dlock.Option
-	}{
-		{"default", nil},
-		{"WithReplicaAck(1, 50ms)", []dlock.Option{dlock.WithReplicaAck(1, 50*time.Millisecond)}},
-	} {
+	for _, mode := range failoverModes {
 		t.Run(mode.name, func(t *testing.T) {
 			cl := redistest.StartCluster(t, redistest.WithReplicas(1))
 			rdb := cl.Client(t, func(o *redis.ClusterOptions) {
 				o.ReadTimeout, o.DialTimeout = 300*time.Millisecond, 300*time.Millisecond
 			})
-			b := &bank{t: t, resSrv: redistest.Start(t), key: t.Name(), rec: NewRecorder(nil)}
-			b.store = NewStore(b.resSrv.Client(t), strings.ReplaceAll(t.Name(), "/", "_"))
-			c := dlock.New(rdb, append([]dlock.Option{dlock.WithLease(lease), dlock.WithRetryInterval(retry)}, mode.opts...)...)
-			t.Cleanup(func() { _ = c.Close() })
+			b, c := bankOn(t, rdb, mode.opts...)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 			defer cancel()

@@ -33,7 +33,6 @@ import (
 // secApp is a payment API the way the docs recommend it: the pay key is the order from
 // the JSON body and the Idempotency-Key, scoped by the authenticated user.
 type secApp struct {
-	srv   *redistest.Server
 	rdb   *redis.Client
 	locks *dlock.Client
 	h     http.Handler

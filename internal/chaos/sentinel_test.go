@@ -17,7 +17,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
@@ -75,13 +74,7 @@ func waitLinked(t *testing.T, replica *redistest.Server) {
 // Fault 7, Sentinel: SENTINEL FAILOVER promotes the replica mid-run; the failover client
 // follows. Measured with the default settings and with WithReplicaAck.
 func TestFaultSentinelFailover(t *testing.T) {
-	for _, mode := range []struct {
-		name string
-		opts []dlock.Option
-	}{
-		{"default", nil},
-		{"WithReplicaAck(1, 50ms)", []dlock.Option{dlock.WithReplicaAck(1, 50*time.Millisecond)}},
-	} {
+	for _, mode := range failoverModes {
 		t.Run(mode.name, func(t *testing.T) {
 			fast := redistest.WithArgs("--repl-diskless-sync-delay", "0")
 			master := redistest.Start(t, fast)
@@ -94,10 +87,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 			rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "lg", SentinelAddrs: []string{sentinel},
 				ReadTimeout: 300 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
 			t.Cleanup(func() { _ = rdb.Close() })
-			b := &bank{t: t, resSrv: redistest.Start(t), key: t.Name(), rec: NewRecorder(nil)}
-			b.store = NewStore(b.resSrv.Client(t), t.Name())
-			c := dlock.New(rdb, append([]dlock.Option{dlock.WithLease(lease), dlock.WithRetryInterval(retry)}, mode.opts...)...)
-			t.Cleanup(func() { _ = c.Close() })
+			b, c := bankOn(t, rdb, mode.opts...)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
