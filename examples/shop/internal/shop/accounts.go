@@ -3,6 +3,7 @@ package shop
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Account is a customer account; Balance is in integer cents.
@@ -55,13 +56,41 @@ func (s *Store) ReadBalance(ctx context.Context, accountID string) (Snapshot, er
 	return sn, nil
 }
 
-// WriteBalance is the second step: it overwrites the balance with a value computed from
-// the snapshot read earlier, whatever happened since (a blind write, as naive code does).
-func (s *Store) WriteBalance(ctx context.Context, accountID string, from Snapshot, balance int64) error {
-	_, err := s.db.ExecContext(ctx,
-		`UPDATE accounts SET balance = ?, version = ? WHERE id = ?`, balance, from.Version+1, accountID)
+// Apply is the last step of a naive balance change: it writes the balance computed from
+// the snapshot read earlier (blindly, whatever happened since, as naive code does), sets
+// the order's status when status is not empty, and appends e to the ledger, stamped now.
+//
+// The three writes are one transaction. The race the demo shows lies between the read and
+// this write, where the provider call sits; a crash or a cancelled request here must not
+// leave a balance changed without its ledger entry, so the write step cannot be torn.
+// The entry's BasedOn and At are stamped here (from.Version and now); balance is the new one.
+func (s *Store) Apply(ctx context.Context, from Snapshot, e Entry, status string) (balance int64, err error) {
+	balance = from.Balance + e.Signed()
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("shop: write balance of %s: %w", accountID, err)
+		return 0, fmt.Errorf("shop: apply %s to %s: %w", e.Kind, e.AccountID, err)
 	}
-	return nil
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err = tx.ExecContext(ctx,
+		`UPDATE accounts SET balance = ?, version = ? WHERE id = ?`, balance, from.Version+1, e.AccountID); err != nil {
+		return 0, fmt.Errorf("shop: write balance of %s: %w", e.AccountID, err)
+	}
+	if status != "" {
+		if _, err = tx.ExecContext(ctx, `UPDATE orders SET status = ? WHERE id = ?`, status, e.OrderID); err != nil {
+			return 0, fmt.Errorf("shop: set status of order %s: %w", e.OrderID, err)
+		}
+	}
+	if _, err = tx.ExecContext(ctx,
+		`INSERT INTO ledger (account_id, order_id, kind, amount, based_on, at) VALUES (?, ?, ?, ?, ?, ?)`,
+		e.AccountID, e.OrderID, e.Kind, e.Amount, from.Version, time.Now().UTC().Format(time.RFC3339Nano)); err != nil {
+		return 0, fmt.Errorf("shop: append %s to ledger of %s: %w", e.Kind, e.AccountID, err)
+	}
+	if err = tx.Commit(); err != nil {
+		return 0, fmt.Errorf("shop: apply %s to %s: %w", e.Kind, e.AccountID, err)
+	}
+	return balance, nil
 }

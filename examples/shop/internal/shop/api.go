@@ -111,8 +111,8 @@ type amountRequest struct {
 }
 
 // withdraw: POST /api/accounts/:id/withdraw {"amount"} -> 200 {"balance"}. The naive
-// steps: read the balance, pay out through the provider, write the balance, append to the
-// ledger. Protected, the route holds the account:{id} lock around all of them.
+// steps: read the balance, pay out through the provider, write the balance and append to
+// the ledger (one transaction). Protected, the route holds the account:{id} lock around all of them.
 func (a *App) withdraw(c *gin.Context) {
 	var req amountRequest
 	if !bindJSON(c, &req) {
@@ -132,13 +132,10 @@ func (a *App) withdraw(c *gin.Context) {
 		fail(c, http.StatusPaymentRequired, codeInsufficientFunds)
 		return
 	}
-	balance := snap.Balance - req.Amount
+	var balance int64
 	err = a.provider.Call(ctx)
 	if err == nil {
-		err = a.store.WriteBalance(ctx, id, snap, balance)
-	}
-	if err == nil {
-		err = a.store.Append(ctx, Entry{AccountID: id, Kind: KindWithdraw, Amount: req.Amount, BasedOn: snap.Version})
+		balance, err = a.store.Apply(ctx, snap, Entry{AccountID: id, Kind: KindWithdraw, Amount: req.Amount}, "")
 	}
 	if err != nil {
 		a.failErr(c, err, codeAccountNotFound)

@@ -31,17 +31,6 @@ func (e Entry) Signed() int64 {
 	return -e.Amount
 }
 
-// Append is the last step of a balance change: it records the entry, stamped now.
-func (s *Store) Append(ctx context.Context, e Entry) error {
-	_, err := s.db.ExecContext(ctx,
-		`INSERT INTO ledger (account_id, order_id, kind, amount, based_on, at) VALUES (?, ?, ?, ?, ?, ?)`,
-		e.AccountID, e.OrderID, e.Kind, e.Amount, e.BasedOn, time.Now().UTC().Format(time.RFC3339Nano))
-	if err != nil {
-		return fmt.Errorf("shop: append %s to ledger of %s: %w", e.Kind, e.AccountID, err)
-	}
-	return nil
-}
-
 // Ledger returns the entries of an account, oldest first, or ErrNotFound for an unknown account.
 func (s *Store) Ledger(ctx context.Context, accountID string) ([]Entry, error) {
 	if _, err := s.Account(ctx, accountID); err != nil {

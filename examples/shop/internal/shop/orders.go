@@ -46,12 +46,3 @@ func (s *Store) Order(ctx context.Context, id string) (Order, error) {
 	}
 	return o, nil
 }
-
-// SetOrderStatus overwrites an order's status.
-func (s *Store) SetOrderStatus(ctx context.Context, id, status string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE orders SET status = ? WHERE id = ?`, status, id)
-	if err != nil {
-		return fmt.Errorf("shop: set status of order %s: %w", id, err)
-	}
-	return nil
-}

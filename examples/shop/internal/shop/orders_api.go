@@ -51,7 +51,7 @@ func requireIdempotencyKey(c *gin.Context) {
 
 // pay: POST /api/orders/:id/pay -> 200 {"order_id","status":"paid","balance"}. The naive
 // steps: check the order is pending, read the balance, charge through the provider, write
-// the balance, mark the order paid, append the charge. Protected, the route holds the
+// the balance, mark the order paid and append the charge (one transaction). Protected, the route holds the
 // order's lock around all of them (so the already-paid check cannot be raced) and replays
 // the stored answer to a retry with the same Idempotency-Key.
 func (a *App) pay(c *gin.Context) {
@@ -74,16 +74,10 @@ func (a *App) pay(c *gin.Context) {
 		fail(c, http.StatusPaymentRequired, codeInsufficientFunds)
 		return
 	}
-	balance := snap.Balance - o.Amount
+	var balance int64
 	err = a.provider.Call(ctx)
 	if err == nil {
-		err = a.store.WriteBalance(ctx, o.AccountID, snap, balance)
-	}
-	if err == nil {
-		err = a.store.SetOrderStatus(ctx, o.ID, StatusPaid)
-	}
-	if err == nil {
-		err = a.store.Append(ctx, Entry{AccountID: o.AccountID, OrderID: o.ID, Kind: KindCharge, Amount: o.Amount, BasedOn: snap.Version})
+		balance, err = a.store.Apply(ctx, snap, Entry{AccountID: o.AccountID, OrderID: o.ID, Kind: KindCharge, Amount: o.Amount}, StatusPaid)
 	}
 	if err != nil {
 		a.failErr(c, err, codeOrderNotFound)

@@ -17,10 +17,10 @@ var ErrNotFound = errors.New("shop: not found")
 
 // Store is the shop's ledger database: accounts, orders and ledger entries in SQLite.
 //
-// Its methods are single statements on purpose. The handlers call them in separate steps
-// (read the balance, call the provider, write the balance, append to the ledger) the way a
-// naive service does, so concurrent requests interleave between the steps unless a lock
-// serializes them.
+// The handlers use it in separate steps the way a naive service does: read the balance,
+// call the provider, then Apply the change. Concurrent requests interleave between the read
+// and the write unless a lock serializes them; that is the race the demo shows. The write
+// itself (balance, order status, ledger entry) is one transaction, so a crash cannot tear it.
 type Store struct {
 	db *sql.DB
 }

@@ -61,11 +61,6 @@ func (a *App) handleRefund(ctx context.Context, t *asynq.Task) error {
 	if err := a.provider.Call(ctx); err != nil {
 		return err
 	}
-	if err := a.store.WriteBalance(ctx, o.AccountID, snap, snap.Balance+o.Amount); err != nil {
-		return err
-	}
-	if err := a.store.SetOrderStatus(ctx, o.ID, StatusRefunded); err != nil {
-		return err
-	}
-	return a.store.Append(ctx, Entry{AccountID: o.AccountID, OrderID: o.ID, Kind: KindRefund, Amount: o.Amount, BasedOn: snap.Version})
+	_, err = a.store.Apply(ctx, snap, Entry{AccountID: o.AccountID, OrderID: o.ID, Kind: KindRefund, Amount: o.Amount}, StatusRefunded)
+	return err
 }
