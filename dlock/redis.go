@@ -40,10 +40,10 @@ const renewChunk = 1000
 
 // redisBackend keeps locks in Redis. Layout for lock key K under prefix P, with T the escaped K:
 //
-//	P:{T}:lock   hash    owner, fencing token, one field per hold
+//	P:{T}:lock   hash    owner, fencing token, one field per hold, last released owner;
+//	                     kept for the fence time after a release, with no owner, for its token
 //	P:{T}:q      zset    waiters in arrival order
 //	P:{T}:qd     zset    waiters' liveness deadlines
-//	P:{T}:f      hash    last token, last released owner
 //	P:{T}:done   string  completion record
 //	P:{T}:ch     channel hand-off notices (sharded pub/sub on a Cluster)
 type redisBackend struct {
@@ -52,7 +52,7 @@ type redisBackend struct {
 	prefix  string
 	claim   time.Duration // lease of a handed-off lock until its new holder confirms it
 	live    time.Duration // a queued waiter not heard of for this long leaves the line
-	fence   time.Duration // extra life of the fence hash after the lease
+	fence   time.Duration // life of a lock hash after its release, keeping the last token
 	// replicas > 0: writes that grant a lock are followed by WAIT replicas replicaWait.
 	replicas    int
 	replicaWait time.Duration
@@ -87,10 +87,19 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 	return b
 }
 
-// keys returns the five keys of a lock in script order, and its channel.
+// keys returns the four keys of a lock in script order (lock, queue, queue deadlines, record)
+// and its channel. They are substrings of one string: two allocations per lock, not six.
 func (b *redisBackend) keys(key string) ([]string, string) {
 	base := b.prefix + ":{" + escapeTag(key) + "}:"
-	return []string{base + "lock", base + "q", base + "qd", base + "f", base + "done"}, base + "ch"
+	n := len(base)
+	all := base + "lock" + base + "q" + base + "qd" + base + "done" + base + "ch"
+	keys := make([]string, 4)
+	i := 0
+	for k, suffix := range []int{4, 1, 2, 4} {
+		keys[k] = all[i : i+n+suffix]
+		i += n + suffix
+	}
+	return keys, all[i:]
 }
 
 func (b *redisBackend) pubCmd() string {
@@ -111,7 +120,7 @@ func (b *redisBackend) member(r acquireRequest) string {
 }
 
 func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireResult, error) {
-	keys, ch := b.keys(r.key)
+	keys, _ := b.keys(r.key)
 	wait, skip := 0, 0
 	if r.wait {
 		wait = 1
@@ -119,20 +128,20 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 	if r.skipCompleted {
 		skip = 1
 	}
-	args := []any{r.owner, ms(r.ttl), wait, ms(b.live), skip, b.member(r), ms(b.claim), ch, b.pubCmd()}
-	var reply []any
+	args := []any{r.owner, ms(r.ttl), wait, skip, ms(b.live), ms(b.claim), b.pubCmd()}
+	var reply any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
 		if b.replicas > 0 {
 			reply, err = b.runAcked(ctx, scriptAcquire, luaLib+luaAcquire, keys, args)
 			return err
 		}
-		reply, err = scriptAcquire.Run(ctx, b.rdb, keys, args...).Slice()
+		reply, err = scriptAcquire.Run(ctx, b.rdb, keys, args...).Result()
 		return err
 	})
 	if err != nil {
 		return acquireResult{}, unavailable("acquire", err)
 	}
-	return parseAcquire(reply)
+	return parseAcquire(reply, r.ttl)
 }
 
 // errNotReplicated is returned when WAIT saw fewer replicas than WithReplicaAck asks for.
@@ -140,7 +149,7 @@ var errNotReplicated = errors.New("not acknowledged by enough replicas")
 
 // runAcked runs a script and WAIT in one pipeline on the connection of the key's master, so
 // WAIT covers exactly that script's writes.
-func (b *redisBackend) runAcked(ctx context.Context, script *redis.Script, src string, keys []string, args []any) ([]any, error) {
+func (b *redisBackend) runAcked(ctx context.Context, script *redis.Script, src string, keys []string, args []any) (any, error) {
 	node, err := b.master(ctx, keys[0])
 	if err != nil {
 		return nil, err
@@ -164,7 +173,7 @@ func (b *redisBackend) runAcked(ctx context.Context, script *redis.Script, src s
 	if isNoScript(eval.Err()) {
 		send(true)
 	}
-	reply, err := eval.Slice()
+	reply, err := eval.Result()
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +201,7 @@ func (b *redisBackend) master(ctx context.Context, key string) (*redis.Client, e
 // WithReplicaAck asks for them.
 func (b *redisBackend) confirm(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	keys, _ := b.keys(key)
-	var reply []any
+	var reply any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
 		reply, err = b.runAcked(ctx, scriptRenew, luaRenew, keys[:1], []any{owner, ms(ttl)})
 		return err
@@ -200,13 +209,21 @@ func (b *redisBackend) confirm(ctx context.Context, key, owner string, ttl time.
 	if err != nil {
 		return false, unavailable("confirm", err)
 	}
-	ok, _ := reply[0].(int64)
-	return ok == 1, nil
+	if r, ok := reply.([]any); ok && len(r) == 1 {
+		return r[0] == int64(1), nil
+	}
+	return false, unavailable("confirm", fmt.Errorf("unexpected reply %v", reply))
 }
 
-func parseAcquire(reply []any) (acquireResult, error) {
+// parseAcquire reads the acquire script's reply: a bare token for a free lock taken for ttl,
+// else a status array.
+func parseAcquire(v any, ttl time.Duration) (acquireResult, error) {
+	if token, ok := v.(int64); ok {
+		return acquireResult{status: statusObtained, token: token, pttl: ttl}, nil
+	}
+	reply, _ := v.([]any)
 	if len(reply) < 2 {
-		return acquireResult{}, unavailable("acquire", fmt.Errorf("unexpected reply %v", reply))
+		return acquireResult{}, unavailable("acquire", fmt.Errorf("unexpected reply %v", v))
 	}
 	status, _ := reply[0].(int64)
 	switch status {
@@ -246,37 +263,39 @@ func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string) (i
 }
 
 func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
-	keys, ch := b.keys(r.key)
-	store := 0
+	keys, _ := b.keys(r.key)
+	args := []any{r.owner, r.entry, ms(b.fence), ms(b.claim), b.pubCmd()}
 	if r.storeRecord {
-		store = 1
+		args = append(args, r.record, ms(r.retention))
 	}
-	args := []any{r.owner, r.entry, store, r.record, ms(r.retention), ms(b.fence),
-		ms(b.claim), ch, b.pubCmd()}
-	var reply []any
+	var reply any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
-		reply, err = scriptRelease.Run(ctx, b.rdb, keys, args...).Slice()
+		reply, err = scriptRelease.Run(ctx, b.rdb, keys, args...).Result()
 		return err
 	})
 	if err != nil {
 		return releaseResult{}, unavailable("release", err)
 	}
-	if len(reply) < 2 {
+	if n, ok := reply.(int64); ok && n == 0 {
+		return releaseResult{owned: true}, nil
+	}
+	arr, _ := reply.([]any)
+	if len(arr) < 2 {
 		return releaseResult{}, unavailable("release", fmt.Errorf("unexpected reply %v", reply))
 	}
-	status, _ := reply[0].(int64)
-	left, _ := reply[1].(int64)
+	status, _ := arr[0].(int64)
+	left, _ := arr[1].(int64)
 	res := releaseResult{left: int(left), owned: status == 1}
-	if len(reply) == 4 {
-		res.next.owner, _ = reply[2].(string)
-		res.next.token, _ = reply[3].(int64)
+	if len(arr) == 4 {
+		res.next.owner, _ = arr[2].(string)
+		res.next.token, _ = arr[3].(int64)
 	}
 	return res, nil
 }
 
 func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, error) {
-	keys, ch := b.keys(r.key)
-	args := []any{r.owner, b.member(r), ms(b.fence), ms(b.claim), ch, b.pubCmd()}
+	keys, _ := b.keys(r.key)
+	args := []any{r.owner, b.member(r), ms(b.fence), ms(b.claim), b.pubCmd()}
 	var reply []any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
 		reply, err = scriptLeave.Run(ctx, b.rdb, keys, args...).Slice()
@@ -392,7 +411,7 @@ func (b *redisBackend) record(ctx context.Context, key string) ([]byte, bool, er
 	keys, _ := b.keys(key)
 	var val []byte
 	err := b.call(ctx, func(ctx context.Context) (err error) {
-		val, err = b.rdb.Get(ctx, keys[4]).Bytes()
+		val, err = b.rdb.Get(ctx, keys[3]).Bytes()
 		return err
 	})
 	if errors.Is(err, redis.Nil) {

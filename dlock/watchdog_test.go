@@ -23,6 +23,22 @@ func lockKeyOf(t *testing.T, rdb *redis.Client, key string) string {
 	return keys[0]
 }
 
+// holdsIn reads a lock hash as Redis has it: its owner ("" when free) and its number of holds
+// (one field "e<n>" per hold).
+func holdsIn(t *testing.T, rdb *redis.Client, lockKey string) (owner string, holds int) {
+	t.Helper()
+	fields, err := rdb.HGetAll(context.Background(), lockKey).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range fields {
+		if strings.HasPrefix(f, "e") {
+			holds++
+		}
+	}
+	return fields["o"], holds
+}
+
 func TestWatchdogKeepsLock(t *testing.T) {
 	_, rdb, c := setup(t, dlock.WithLease(time.Second))
 	other := newClient(t, rdb)

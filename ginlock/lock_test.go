@@ -142,7 +142,7 @@ func TestPanicReleasesAndStoresNothing(t *testing.T) {
 	if keys := e.redisKeys(t, "*:done"); len(keys) != 0 {
 		t.Fatalf("records after a panic: %v", keys)
 	}
-	if keys := e.redisKeys(t, "*:lock"); len(keys) != 0 {
+	if keys := e.heldLocks(t); len(keys) != 0 {
 		t.Fatalf("locks still held after a panic: %v", keys)
 	}
 	if w := do(r, q); w.Code != http.StatusCreated || runs.Load() != 2 {
@@ -180,7 +180,7 @@ func TestLostLock(t *testing.T) {
 		done <- problemBody{Status: w.Code}
 	}()
 	<-started
-	keys := e.redisKeys(t, "*:lock")
+	keys := e.heldLocks(t)
 	if len(keys) != 1 {
 		t.Fatalf("lock keys %v, want one", keys)
 	}

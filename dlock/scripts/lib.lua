@@ -1,93 +1,100 @@
--- Shared prelude, prepended to every state-changing script.
+-- Shared prelude, prepended to every script that changes a lock.
 --
 -- KEYS (same order in every script that includes this prelude):
---   1 lock    hash   o = owner id, t = fencing token, e<n> = one field per hold
---   2 queue   zset   waiters in arrival order, member "<owner>:<ttl ms>:<flag>", score = arrival (us)
+--   1 lock    hash   o = owner id ('' when free), t = fencing token (the last one when free),
+--                    r = owner of the last full release (retry tombstone), e<n> = one field per hold
+--   2 queue   zset   waiters in arrival order, member "<owner>:<ttl ms>:<skip flag>", score = arrival (us)
 --   3 qdead   zset   same members, score = liveness deadline (ms); waiters refresh it while they wait
---   4 fence   hash   t = last token issued, r = owner of the last full release (retry tombstone)
---   5 record  string completion record stored by Complete
--- All keys share one hash tag, so a script touches a single Redis Cluster slot.
+--   4 record  string completion record stored by Complete
+-- All keys share one hash tag, so a script touches a single Redis Cluster slot. The lock hash
+-- outlives a full release by the fence ttl, keeping the last token for the next holder.
+--
+-- The common paths (a free lock taken, a lock released with nobody in line) are written out in
+-- each script; the helpers of the other paths are only built, by lib(), when one is taken.
 
-local function now_us()
+-- next_token returns the token after last (the lock hash's t): last + 1, or the server time in
+-- microseconds when the hash does not exist (first use, lease expired, data lost). A chain of
+-- tokens started from the clock stays behind it (each grant is a script of its own, over a
+-- microsecond long), so a token is above every earlier one of its key as long as the server
+-- clock does not step back.
+local function next_token(last)
+  if last then
+    return tonumber(last) + 1
+  end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local function fmt(n)
-  return string.format('%.0f', n)
-end
+local function lib()
+  local L = {}
 
--- Tokens are max(last + 1, server time in microseconds), where last is the token of the last
--- release (kept in the fence hash by release). Tokens track the server clock, so a token is
--- above every earlier one also after a lease expired without a release or the fence hash was
--- lost (expired, flushed, restart), as long as the server clock does not step back.
-local function next_token(nowus)
-  local last = tonumber(redis.call('HGET', KEYS[4], 't') or '0')
-  if last >= nowus then
-    return last + 1
+  function L.now_us()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
-  return nowus
-end
 
--- ended records a full release in the fence hash: the last token, and the owner, so that a
--- retried release answers released instead of lost.
-local function ended(owner, token, fence_ttl)
-  redis.call('HSET', KEYS[4], 't', token, 'r', owner)
-  redis.call('PEXPIRE', KEYS[4], fence_ttl)
-end
-
-local function grant(owner, token, lease)
-  redis.call('HSET', KEYS[1], 'o', owner, 't', fmt(token), 'e1', '1')
-  redis.call('PEXPIRE', KEYS[1], lease)
-end
-
--- Waiters that stopped refreshing their deadline (process died) leave the line.
-local function purge(nowms)
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. nowms)
-  for i = 1, #dead do
-    redis.call('ZREM', KEYS[2], dead[i])
+  -- grant makes owner the holder with one hold; a lease below its ttl awaits confirmation.
+  function L.grant(owner, token, lease)
+    redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', token), 'e1', '1')
+    redis.call('PEXPIRE', KEYS[1], lease)
   end
-  if #dead > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. nowms)
-  end
-end
 
-local function dequeue(member)
-  redis.call('ZREM', KEYS[2], member)
-  redis.call('ZREM', KEYS[3], member)
-end
-
--- hand_off gives a free lock to the first live waiter and tells it so with one message
--- "<owner> <token>". The new holder gets min(its ttl, claim) until it confirms with a renewal,
--- so a waiter that died after its last heartbeat blocks the line for at most claim.
--- A waiter that asked to skip completed work is told "<owner> 0" (look again) when a record
--- exists, and the next waiter is considered. Returns the new holder and its token, or nil.
-local function hand_off(nowus, claim, channel, pubcmd)
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    return nil
+  -- free ends owner's tenure: no holder, its hold gone, the owner kept as the tombstone that
+  -- lets a retried release answer released, and the hash kept for the fence ttl.
+  function L.free(owner, fence_ttl)
+    redis.call('HDEL', KEYS[1], 'e1')
+    redis.call('HSET', KEYS[1], 'o', '', 'r', owner)
+    redis.call('PEXPIRE', KEYS[1], fence_ttl)
   end
-  purge(math.floor(nowus / 1000))
-  while true do
-    local head = redis.call('ZRANGE', KEYS[2], 0, 0)
-    if #head == 0 then
+
+  -- Waiters that stopped refreshing their deadline (process died) leave the line.
+  function L.purge(nowms)
+    local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. nowms)
+    for i = 1, #dead do
+      redis.call('ZREM', KEYS[2], dead[i])
+    end
+    if #dead > 0 then
+      redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. nowms)
+    end
+  end
+
+  function L.dequeue(member)
+    redis.call('ZREM', KEYS[2], member)
+    redis.call('ZREM', KEYS[3], member)
+  end
+
+  -- hand_off gives a free lock (last token: last) to the first live waiter and tells it so
+  -- with one message "<owner> <token>" on the lock's channel. The new holder gets
+  -- min(its ttl, claim) until it confirms with a renewal, so a waiter that died after its last
+  -- heartbeat blocks the line for at most claim. A waiter that asked to skip completed work is
+  -- told "<owner> 0" (look again) when a record exists, and the next waiter is considered.
+  -- Returns the new holder and its token, or nil.
+  function L.hand_off(last, claim, pubcmd)
+    if redis.call('EXISTS', KEYS[2]) == 0 then
       return nil
     end
-    local m = head[1]
-    dequeue(m)
-    local owner, ttl, flag = string.match(m, '^([^:]+):(%d+):(%d)$')
-    if owner then
-      if flag == '1' and redis.call('EXISTS', KEYS[5]) == 1 then
-        redis.call(pubcmd, channel, owner .. ' 0')
-      else
-        local t = next_token(nowus)
-        local lease = tonumber(ttl)
-        if claim < lease then
-          lease = claim
+    local channel = string.sub(KEYS[1], 1, -5) .. 'ch'
+    L.purge(math.floor(L.now_us() / 1000))
+    while true do
+      local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+      if #head == 0 then
+        return nil
+      end
+      local m = head[1]
+      L.dequeue(m)
+      local owner, ttl, flag = string.match(m, '^([^:]+):(%d+):(%d)$')
+      if owner then
+        if flag == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
+          redis.call(pubcmd, channel, owner .. ' 0')
+        else
+          local t = next_token(last)
+          L.grant(owner, t, math.min(tonumber(ttl), claim))
+          redis.call(pubcmd, channel, owner .. ' ' .. string.format('%.0f', t))
+          return owner, t
         end
-        grant(owner, t, lease)
-        redis.call(pubcmd, channel, owner .. ' ' .. fmt(t))
-        return owner, t
       end
     end
   end
+
+  return L
 end

@@ -79,11 +79,7 @@ func TestFaultConnectionsKilled(t *testing.T) {
 		fmt.Sprintf("connections_killed=%d ambiguous_releases_reported=%d", kills, ambiguous))
 	// Whatever the kills left behind ends with its lease.
 	time.Sleep(lease + 200*time.Millisecond)
-	keys, err := admin.Keys(context.Background(), "*:lock").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(keys) != 0 {
+	if keys := heldLocks(t, admin); len(keys) != 0 {
 		t.Fatalf("locks outlived their lease: %v", keys)
 	}
 	b.noKeyWithoutTTL()

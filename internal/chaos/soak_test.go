@@ -28,7 +28,7 @@ type soakSample struct {
 	rssKB, fds, thr   int64
 	keys, clients     int64
 	redisMem          int64
-	lockKeys, fences  int64 // lockguard lock/q/qd keys; fence hashes
+	lockKeys, fences  int64 // held lockguard locks and queue keys; released locks' fence hashes
 	records, otherKey int64 // lockguard completion records; keys not under lockguard:
 	noTTL             int64 // lockguard keys without a TTL
 	healthy           bool
@@ -59,7 +59,7 @@ func sampleSoak(ctx context.Context, rdb *redis.Client, api *shopAPI, pid int) s
 		switch {
 		case strings.HasSuffix(k, "}:done"):
 			s.records++
-		case strings.HasSuffix(k, "}:f"):
+		case strings.HasSuffix(k, "}:lock") && rdb.HGet(ctx, k, "o").Val() == "":
 			s.fences++
 		default:
 			s.lockKeys++
