@@ -7,12 +7,22 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockguard/lockguard/bench/internal/contenders"
 	"github.com/lockguard/lockguard/bench/internal/metrics"
 )
 
 // floorName is the bare SET NX PX + DEL pair that uncontended latency is compared with.
 const floorName = "SET NX + DEL (floor)"
+
+// scriptFloorName is a reference, not a contender: two EVALSHA calls of a script that does
+// nothing, the cost of the script mechanism itself for any lock that acquires and releases
+// with a script.
+const scriptFloorName = "2 x EVALSHA of `return 1` (reference)"
+
+// emptyScript is the script of the script floor.
+var emptyScript = redis.NewScript("return 1")
 
 // uncontendedResult is one contender (or the floor) in the uncontended scenario.
 type uncontendedResult struct {
@@ -33,9 +43,9 @@ type op func(ctx context.Context) error
 // uncontended measures Acquire+Release on a free key, one goroutine, in rounds that rotate the
 // order of contenders; the floor is a bare SET NX PX + DEL on the same kind of client.
 func (b *bench) uncontended(ctx context.Context, rep *report) error {
-	names := append([]string{floorName}, contenders.Names...)
+	names := append([]string{floorName, scriptFloorName}, contenders.Names...)
 	ops := map[string]op{}
-	top := map[string][]string{floorName: {"set", "del"}}
+	top := map[string][]string{floorName: {"set", "del"}, scriptFloorName: {"eval", "evalsha"}}
 	rts := map[string]*metrics.RoundTrips{}
 	res := map[string]*uncontendedResult{}
 	for _, name := range names {
@@ -50,6 +60,18 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 					return err
 				}
 				return c.Del(ctx, key).Err()
+			}
+			continue
+		}
+		if name == scriptFloorName {
+			c := b.newClient()
+			defer func() { _ = c.Close() }()
+			rts[name] = c.rt
+			ops[name] = func(ctx context.Context) error {
+				if err := emptyScript.Run(ctx, c, []string{key}, "v").Err(); err != nil {
+					return err
+				}
+				return emptyScript.Run(ctx, c, []string{key}, "v").Err()
 			}
 			continue
 		}
