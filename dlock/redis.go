@@ -40,8 +40,8 @@ const renewChunk = 1000
 
 // redisBackend keeps locks in Redis. Layout for lock key K under prefix P, with T the escaped K:
 //
-//	P:{T}:lock   hash    owner, fencing token, one field per hold, last released owner;
-//	                     kept for the fence time after a release, with no owner, for its token
+//	P:{T}:lock   hash    owner, fencing token, hold count and re-entry holds, last released
+//	                     owner; kept without owner after a release until its lease would end
 //	P:{T}:q      zset    waiters in arrival order
 //	P:{T}:qd     zset    waiters' liveness deadlines
 //	P:{T}:done   string  completion record
@@ -52,7 +52,6 @@ type redisBackend struct {
 	prefix  string
 	claim   time.Duration // lease of a handed-off lock until its new holder confirms it
 	live    time.Duration // a queued waiter not heard of for this long leaves the line
-	fence   time.Duration // life of a lock hash after its release, keeping the last token
 	// replicas > 0: writes that grant a lock are followed by WAIT replicas replicaWait.
 	replicas    int
 	replicaWait time.Duration
@@ -72,7 +71,6 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 		prefix:  cfg.prefix,
 		claim:   3 * cfg.retry,
 		live:    3 * cfg.retry,
-		fence:   time.Minute,
 
 		replicas:    cfg.replicas,
 		replicaWait: cfg.replicaWait,
@@ -264,7 +262,7 @@ func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string) (i
 
 func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
 	keys, _ := b.keys(r.key)
-	args := []any{r.owner, r.entry, ms(b.fence), ms(b.claim), b.pubCmd()}
+	args := []any{r.owner, r.entry, ms(b.claim), b.pubCmd()}
 	if r.storeRecord {
 		args = append(args, r.record, ms(r.retention))
 	}
@@ -295,7 +293,7 @@ func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseRe
 
 func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, error) {
 	keys, _ := b.keys(r.key)
-	args := []any{r.owner, b.member(r), ms(b.fence), ms(b.claim), b.pubCmd()}
+	args := []any{r.owner, b.member(r), ms(b.claim), b.pubCmd()}
 	var reply []any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
 		reply, err = scriptLeave.Run(ctx, b.rdb, keys, args...).Slice()

@@ -122,6 +122,64 @@ var errReplyLost = errors.New("read tcp: connection reset by peer")
 
 // A re-entry whose reply was lost: the caller gets an error, Redis had added the hold. The
 // hold count must equal the successful calls, and as many releases free the key.
+// Holds may be released in any order: the outer (first) hold before the inner ones, each
+// release run twice, counts each hold off once and frees the key only at the last one.
+func TestOuterReleasedFirstRunTwice(t *testing.T) {
+	srv, plain, _ := setup(t)
+	rdb := srv.Client(t)
+	rdb.AddHook(&replayHook{})
+	c := newClient(t, rdb)
+	other := newClient(t, plain)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx := dlock.WithLock(ctx, outer)
+	inner1, err := c.Acquire(lctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner2, err := c.Acquire(lctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockKey := lockKeyOf(t, plain, key)
+	for i, step := range []struct {
+		lk   *dlock.Lock
+		left int
+	}{{outer, 2}, {inner2, 1}} {
+		if err := step.lk.Release(ctx); err != nil {
+			t.Fatalf("release %d: %v", i, err)
+		}
+		if owner, n := holdsIn(t, plain, lockKey); owner == "" || n != step.left {
+			t.Fatalf("after release %d: owner %q, holds %d, want %d", i, owner, n, step.left)
+		}
+		if _, err := other.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("after release %d of 3 another owner got the key: %v", i+1, err)
+		}
+	}
+	if err := inner1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if owner, n := holdsIn(t, plain, lockKey); owner != "" || n != 0 {
+		t.Fatalf("after the last release: owner %q, holds %d", owner, n)
+	}
+	if fields := plain.HKeys(ctx, lockKey).Val(); len(fields) != 4 {
+		t.Fatalf("fields of the released lock %v, want o, t, r, h only", fields)
+	}
+	lk, err := other.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("after the last release: %v", err)
+	}
+	if lk.Token() <= outer.Token() {
+		t.Fatalf("token %d after %d", lk.Token(), outer.Token())
+	}
+	_ = lk.Release(ctx)
+}
+
 func TestReentryReplyLost(t *testing.T) {
 	srv, plain, _ := setup(t)
 	rdb := srv.Client(t)

@@ -3,19 +3,23 @@
 --       6 claim ms, 7 publish command
 -- Returns the token, a bare integer, when a free lock with nobody in line was taken for ttl;
 --         {1, token, pttl} obtained otherwise (a retried call, or first in line);
---         {0, pttl} busy (pttl -2 when free but others are first);
+--         {0, pttl} busy;
 --         {2, record} a completion record exists and skip completed was asked.
 -- Safe to run twice: a retried call finds its own owner id and answers obtained again.
--- A free lock with nobody in line costs four calls: HMGET, EXISTS, HSET, PEXPIRE (and TIME
--- when the lock hash is new; and EXISTS of the record when skip completed is asked).
+--
+-- A released lock (hash present, owner '') never has waiters: every script that frees a lock
+-- hands it to the first live waiter or empties the line, and a waiter only joins the line of a
+-- held lock. So taking a released lock costs three calls (HMGET, HSET, PEXPIRE); a lock whose
+-- hash is gone (new key, lease run out) also needs EXISTS on the line and TIME for its token;
+-- skip completed adds EXISTS on the record.
 local owner = ARGV[1]
 local cur = redis.call('HMGET', KEYS[1], 'o', 't')
 local holder = cur[1]
 local free = not holder or holder == ''
 if free and (ARGV[4] == '0' or redis.call('EXISTS', KEYS[4]) == 0)
-    and redis.call('EXISTS', KEYS[2]) == 0 then
+    and (holder == '' or redis.call('EXISTS', KEYS[2]) == 0) then
   local t = next_token(cur[2])
-  redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', t), 'e1', '1')
+  redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', t), 'h', '1')
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return t
 end
@@ -49,6 +53,16 @@ if free then
     local head = redis.call('ZRANGE', KEYS[2], 0, 0)
     first = #head == 0 or head[1] == member
   end
+  -- The lock is free with others in line (its holder's lease ran out): serve the first of
+  -- them now. That may be the caller, behind waiters told to look again: it then holds the
+  -- claim lease, like any waiter handed the lock. If nobody took it, the line is empty.
+  if not first then
+    local got, t = L.hand_off(cur[2], claim, ARGV[7])
+    if got == owner then
+      return {1, t, math.min(ttl, claim)}
+    end
+    first = got == nil
+  end
   if first then
     if queued then
       L.dequeue(member)
@@ -57,8 +71,6 @@ if free then
     L.grant(owner, t, ttl)
     return {1, t, ttl}
   end
-  -- The lock is free with waiters in line (its holder's lease expired): serve the first now.
-  free = L.hand_off(cur[2], claim, ARGV[7]) == nil
 end
 
 if ARGV[3] == '1' then
@@ -68,8 +80,5 @@ if ARGV[3] == '1' then
   redis.call('ZADD', KEYS[3], nowms + live, member)
   redis.call('PEXPIRE', KEYS[2], 2 * live)
   redis.call('PEXPIRE', KEYS[3], 2 * live)
-end
-if free then
-  return {0, -2}
 end
 return {0, redis.call('PTTL', KEYS[1])}

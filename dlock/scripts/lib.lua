@@ -2,12 +2,15 @@
 --
 -- KEYS (same order in every script that includes this prelude):
 --   1 lock    hash   o = owner id ('' when free), t = fencing token (the last one when free),
---                    r = owner of the last full release (retry tombstone), e<n> = one field per hold
+--                    r = owner of the last full release (retry tombstone), h = number of holds,
+--                    e<n> = one field per re-entry hold (n >= 2; the first hold has none),
+--                    x = set when the first hold was released while re-entry holds remain
 --   2 queue   zset   waiters in arrival order, member "<owner>:<ttl ms>:<skip flag>", score = arrival (us)
 --   3 qdead   zset   same members, score = liveness deadline (ms); waiters refresh it while they wait
 --   4 record  string completion record stored by Complete
--- All keys share one hash tag, so a script touches a single Redis Cluster slot. The lock hash
--- outlives a full release by the fence ttl, keeping the last token for the next holder.
+-- All keys share one hash tag, so a script touches a single Redis Cluster slot. A full release
+-- keeps the lock hash, without owner, until its lease would have ended: its last token is the
+-- base of the next holder's, and r answers a retried release.
 --
 -- The common paths (a free lock taken, a lock released with nobody in line) are written out in
 -- each script; the helpers of the other paths are only built, by lib(), when one is taken.
@@ -35,16 +38,8 @@ local function lib()
 
   -- grant makes owner the holder with one hold; a lease below its ttl awaits confirmation.
   function L.grant(owner, token, lease)
-    redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', token), 'e1', '1')
+    redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', token), 'h', '1')
     redis.call('PEXPIRE', KEYS[1], lease)
-  end
-
-  -- free ends owner's tenure: no holder, its hold gone, the owner kept as the tombstone that
-  -- lets a retried release answer released, and the hash kept for the fence ttl.
-  function L.free(owner, fence_ttl)
-    redis.call('HDEL', KEYS[1], 'e1')
-    redis.call('HSET', KEYS[1], 'o', '', 'r', owner)
-    redis.call('PEXPIRE', KEYS[1], fence_ttl)
   end
 
   -- Waiters that stopped refreshing their deadline (process died) leave the line.

@@ -1,15 +1,11 @@
 -- reenter: add a hold for an owner that already has the lock.
--- KEYS: 1 lock. ARGV: 1 owner, 2 entry.
+-- KEYS: 1 lock. ARGV: 1 owner, 2 entry (n >= 2).
 -- Returns the number of holds, or -1 when the caller no longer owns the lock.
--- Safe to run twice: each hold is its own field, so a retried call does not count twice.
-local cur = redis.call('HMGET', KEYS[1], 'o', 'r')
-if cur[1] ~= ARGV[1] then
+-- Safe to run twice: each re-entry hold is its own field, counted only when it is added.
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then
   return -1
 end
-redis.call('HSETNX', KEYS[1], 'e' .. ARGV[2], '1')
--- Fields besides the holds: o, t and, after an earlier release, r.
-local n = redis.call('HLEN', KEYS[1]) - 2
-if cur[2] then
-  n = n - 1
+if redis.call('HSETNX', KEYS[1], 'e' .. ARGV[2], '1') == 1 then
+  return redis.call('HINCRBY', KEYS[1], 'h', 1)
 end
-return n
+return tonumber(redis.call('HGET', KEYS[1], 'h'))

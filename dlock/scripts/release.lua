@@ -1,37 +1,49 @@
 -- release: drop one hold; at the last one free the lock and hand it to the next waiter.
--- ARGV: 1 owner, 2 entry, 3 fence ttl ms, 4 claim ms, 5 publish command,
---       6 record and 7 record ttl ms (only when a completion record is to be stored)
+-- ARGV: 1 owner, 2 entry ('1' the first hold, n >= 2 a re-entry), 3 claim ms,
+--       4 publish command, 5 record and 6 record ttl ms (only when a record is to be stored)
 -- Returns 0, a bare integer, after a full release with nobody in line; otherwise {1, holds left}
 -- or {1, 0, next owner, its token} after a hand-off; {-1, 0} when the caller does not own the lock.
--- Safe to run twice: the hold field delete is idempotent, and a full release leaves the owner
--- in the lock hash (r) so that a retried release answers released instead of lost.
--- The last hold with nobody in line costs six calls: HMGET, HDEL, HLEN, HSET, PEXPIRE, EXISTS.
-local owner = ARGV[1]
-local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'r')
+-- Safe to run twice: a hold is only counted off once (its field, or x for the first hold, says
+-- whether it is gone), and a full release leaves the owner in r so that a retried release
+-- answers released instead of lost.
+-- The last hold with nobody in line costs three calls: HMGET, HSET, EXISTS.
+local owner, entry = ARGV[1], ARGV[2]
+local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'r', 'h', 'x')
 if cur[1] ~= owner then
   if cur[3] == owner then
     return {1, 0}
   end
   return {-1, 0}
 end
-redis.call('HDEL', KEYS[1], 'e' .. ARGV[2])
-if ARGV[6] then
-  redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[7])
+if ARGV[5] then
+  redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
 end
--- Fields besides the holds: o, t and, after an earlier release, r.
-local left = redis.call('HLEN', KEYS[1]) - 2
-if cur[3] then
-  left = left - 1
+local holds = tonumber(cur[4])
+if entry == '1' then
+  if cur[5] then
+    return {1, holds} -- a retry: the first hold is gone already
+  end
+  if holds > 1 then
+    redis.call('HSET', KEYS[1], 'x', '1')
+    return {1, redis.call('HINCRBY', KEYS[1], 'h', -1)}
+  end
+else
+  if redis.call('HDEL', KEYS[1], 'e' .. entry) == 0 then
+    return {1, holds} -- a retry, or a hold that was never added
+  end
+  holds = redis.call('HINCRBY', KEYS[1], 'h', -1)
+  if holds > 0 then
+    return {1, holds}
+  end
+  if cur[5] then
+    redis.call('HDEL', KEYS[1], 'x')
+  end
 end
-if left > 0 then
-  return {1, left}
-end
-redis.call('HSET', KEYS[1], 'o', '', 'r', owner)
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return 0
 end
-local next_owner, t = lib().hand_off(cur[2], tonumber(ARGV[4]), ARGV[5])
+local next_owner, t = lib().hand_off(cur[2], tonumber(ARGV[3]), ARGV[4])
 if next_owner then
   return {1, 0, next_owner, t}
 end

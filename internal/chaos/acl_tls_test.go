@@ -39,7 +39,7 @@ import (
 const lockguardACL = "on ~lockguard:* resetchannels &lockguard:* -@all " +
 	"+evalsha +eval +get +ping " +
 	"+subscribe +unsubscribe +ssubscribe +sunsubscribe +publish +spublish " +
-	"+del +exists +hdel +hget +hlen +hmget +hset +hsetnx +pexpire +pttl +set +time " +
+	"+exists +hdel +hget +hincrby +hmget +hset +hsetnx +pexpire +pttl +set +time " +
 	"+zadd +zrange +zrangebyscore +zrem +zremrangebyscore"
 
 // Every command dlock's scripts call must be in lockguardACL: a script that gains a command
