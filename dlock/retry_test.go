@@ -42,22 +42,35 @@ func (h *replayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-func TestScriptsSafeToRunTwice(t *testing.T) {
+// hooked starts a test's Redis and returns a dlock Client whose Redis client runs hook, and
+// a plain client (no hook) to look at Redis and to act as a rival.
+func hooked(t *testing.T, hook redis.Hook) (plain *redis.Client, c *dlock.Client) {
+	t.Helper()
 	srv, plain, _ := setup(t)
 	rdb := srv.Client(t)
-	hook := &replayHook{}
 	rdb.AddHook(hook)
-	c := newClient(t, rdb)
+	return plain, newClient(t, rdb)
+}
+
+// outerHold takes key on c and returns the lock with a context that carries it, for re-entry.
+func outerHold(t *testing.T, ctx context.Context, c *dlock.Client, key string) (*dlock.Lock, context.Context) {
+	t.Helper()
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	return outer, dlock.WithLock(ctx, outer)
+}
+
+func TestScriptsSafeToRunTwice(t *testing.T) {
+	hook := &replayHook{}
+	plain, c := hooked(t, hook)
 	other := newClient(t, plain)
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
 
 	// An acquire whose first reply was lost still reports the lock it took.
-	outer, err := c.Acquire(ctx, key)
-	if err != nil {
-		t.Fatalf("acquire replayed: %v", err)
-	}
-	lctx := dlock.WithLock(ctx, outer)
+	outer, lctx := outerHold(t, ctx, c, key)
 	var holds []*dlock.Lock
 	for range 3 {
 		in, err := c.Acquire(lctx, key)
@@ -120,24 +133,15 @@ func (h *failAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 
 var errReplyLost = errors.New("read tcp: connection reset by peer")
 
-// A re-entry whose reply was lost: the caller gets an error, Redis had added the hold. The
-// hold count must equal the successful calls, and as many releases free the key.
 // Holds may be released in any order: the outer (first) hold before the inner ones, each
 // release run twice, counts each hold off once and frees the key only at the last one.
 func TestOuterReleasedFirstRunTwice(t *testing.T) {
-	srv, plain, _ := setup(t)
-	rdb := srv.Client(t)
-	rdb.AddHook(&replayHook{})
-	c := newClient(t, rdb)
+	plain, c := hooked(t, &replayHook{})
 	other := newClient(t, plain)
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
 
-	outer, err := c.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lctx := dlock.WithLock(ctx, outer)
+	outer, lctx := outerHold(t, ctx, c, key)
 	inner1, err := c.Acquire(lctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -180,20 +184,15 @@ func TestOuterReleasedFirstRunTwice(t *testing.T) {
 	_ = lk.Release(ctx)
 }
 
+// A re-entry whose reply was lost: the caller gets an error, Redis had added the hold. The
+// hold count must equal the successful calls, and as many releases free the key.
 func TestReentryReplyLost(t *testing.T) {
-	srv, plain, _ := setup(t)
-	rdb := srv.Client(t)
 	hook := &failAfterHook{}
-	rdb.AddHook(hook)
-	c := newClient(t, rdb)
+	plain, c := hooked(t, hook)
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
 
-	outer, err := c.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lctx := dlock.WithLock(ctx, outer)
+	outer, lctx := outerHold(t, ctx, c, key)
 	// Load the script first, so the armed call is the one that runs it.
 	warm, err := c.Acquire(lctx, key)
 	if err != nil {
@@ -230,11 +229,8 @@ func TestReentryReplyLost(t *testing.T) {
 
 // An acquire whose reply was lost leaves no lock behind that its caller does not know of.
 func TestAcquireReplyLost(t *testing.T) {
-	srv, plain, _ := setup(t)
-	rdb := srv.Client(t)
 	hook := &failAfterHook{}
-	rdb.AddHook(hook)
-	c := newClient(t, rdb)
+	plain, c := hooked(t, hook)
 	other := newClient(t, plain)
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)

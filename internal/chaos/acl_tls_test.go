@@ -260,7 +260,7 @@ func startTLSOnly(t *testing.T, caFile, certFile, keyFile string) string {
 	ctx := context.Background()
 	var addr string
 	for attempt := 0; addr == ""; attempt++ {
-		port := strings.TrimPrefix(freeLoopback(t), "127.0.0.1:")
+		port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
 		err := plain.ConfigSet(ctx, "tls-port", port).Err()
 		switch {
 		case err == nil:
@@ -279,8 +279,8 @@ func startTLSOnly(t *testing.T, caFile, certFile, keyFile string) string {
 	return addr
 }
 
-// freeLoopback returns a loopback address whose port was free a moment ago.
-func freeLoopback(t *testing.T) string {
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
