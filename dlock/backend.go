@@ -83,10 +83,12 @@ type releaseResult struct {
 	next  handOff
 }
 
-// handOff names the waiter a release passed the lock to; owner "" when none.
+// handOff names the waiter a release passed the lock to (owner "" when none), its token, and
+// the lease it was granted until it renews.
 type handOff struct {
 	owner string
 	token int64
+	lease time.Duration
 }
 
 type renewal struct {
@@ -95,8 +97,11 @@ type renewal struct {
 }
 
 // notice is what a listener receives: token > 0 means the lock was handed to the waiter with
-// that token; 0 means "look again".
-type notice struct{ token int64 }
+// that token, valid for lease (0: unknown) until it renews; token 0 means "look again".
+type notice struct {
+	token int64
+	lease time.Duration
+}
 
 type listener interface {
 	C() <-chan notice

@@ -103,8 +103,10 @@ func (c *Client) Completed(ctx context.Context, key string) (record []byte, ok b
 	return c.be.record(ctx, key)
 }
 
-// confirmHandOff extends a handed-off lock to its full lease and waits for the replicas before
-// the waiter may use it; a lock that cannot be confirmed is passed on.
+// confirmHandOff extends a handed-off lock to its full lease (and waits for the replicas, with
+// WithReplicaAck) before the waiter may use it; a lock that cannot be confirmed is passed on.
+// Without WithReplicaAck it is only called when the claim lease is nearly spent on our clock
+// (see grant.confirmDue); otherwise the watchdog renews the lock a third into the claim lease.
 func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant) error {
 	sent := time.Now()
 	ok, err := c.be.confirm(ctx, r.key, r.owner, r.ttl)
@@ -158,7 +160,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	}
 	ctx, span := c.tel.startAcquire(ctx, key, wait)
 	g, err := c.obtain(ctx, r)
-	if err == nil && g.handedOff && c.cfg.replicas > 0 {
+	if err == nil && g.handedOff && (c.cfg.replicas > 0 || g.confirmDue()) {
 		err = c.confirmHandOff(ctx, r, &g)
 	}
 	c.tel.endAcquire(ctx, span, g, err)

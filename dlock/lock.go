@@ -29,7 +29,7 @@ type lease struct {
 	deadline  time.Time   // end of the lease on our clock, drift margin subtracted
 	expiry    *time.Timer // fires at deadline: the lease is lost unless renewed first
 	renewAt   time.Time   // next watchdog renewal
-	confirm   bool        // handed off: renew to the full ttl at once
+	confirm   bool        // handed off: holds the claim lease until renewed to the full ttl
 	watchedBy *watchdog
 }
 

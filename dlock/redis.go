@@ -284,11 +284,21 @@ func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseRe
 	status, _ := arr[0].(int64)
 	left, _ := arr[1].(int64)
 	res := releaseResult{left: int(left), owned: status == 1}
-	if len(arr) == 4 {
-		res.next.owner, _ = arr[2].(string)
-		res.next.token, _ = arr[3].(int64)
+	if len(arr) == 5 {
+		res.next = parseHandOff(arr[2:])
 	}
 	return res, nil
+}
+
+// parseHandOff reads {owner, token, lease ms} from a script reply.
+func parseHandOff(v []any) handOff {
+	var h handOff
+	h.owner, _ = v[0].(string)
+	h.token, _ = v[1].(int64)
+	if ms, ok := v[2].(int64); ok {
+		h.lease = time.Duration(ms) * time.Millisecond
+	}
+	return h
 }
 
 func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, error) {
@@ -302,12 +312,10 @@ func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, er
 	if err != nil {
 		return handOff{}, unavailable("leave", err)
 	}
-	var h handOff
-	if len(reply) == 2 {
-		h.owner, _ = reply[0].(string)
-		h.token, _ = reply[1].(int64)
+	if len(reply) == 3 {
+		return parseHandOff(reply), nil
 	}
-	return h, nil
+	return handOff{}, nil
 }
 
 // renew sends one script call per chunk of keys (per hash slot on a Cluster), all pipelined:
@@ -442,7 +450,7 @@ func (b *redisBackend) listenReady(key, owner string) listener {
 
 func (b *redisBackend) deliver(key string, h handOff) {
 	ch, slot := b.channel(key)
-	b.subs.deliver(ch, slot, h.owner, h.token)
+	b.subs.deliver(ch, slot, h.owner, notice{token: h.token, lease: h.lease})
 }
 
 func (b *redisBackend) handOffLease(ttl time.Duration) time.Duration { return min(ttl, b.claim) }

@@ -119,15 +119,15 @@ func (s *subscriber) listenReady(channel string, slot int, owner string) listene
 }
 
 // deliver hands a notice to the local listeners of owner on channel, as a message would.
-func (s *subscriber) deliver(channel string, slot int, owner string, token int64) {
+func (s *subscriber) deliver(channel string, slot int, owner string, n notice) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if conn := s.conns[slot]; conn != nil {
-		s.notifyLocked(conn, channel, owner, token)
+		s.notifyLocked(conn, channel, owner, n)
 	}
 }
 
-func (s *subscriber) notifyLocked(conn *psConn, channel, owner string, token int64) {
+func (s *subscriber) notifyLocked(conn *psConn, channel, owner string, n notice) {
 	cs := conn.chans[channel]
 	if cs == nil {
 		return
@@ -135,11 +135,31 @@ func (s *subscriber) notifyLocked(conn *psConn, channel, owner string, token int
 	for l := range cs.listeners {
 		if l.owner == owner {
 			select {
-			case l.c <- notice{token: token}:
+			case l.c <- n:
 			default:
 			}
 		}
 	}
+}
+
+// parseNotice reads a hand-off message: "<owner> <token> <lease ms>", or "<owner> 0" (look
+// again).
+func parseNotice(payload string) (owner string, n notice, ok bool) {
+	f := strings.Fields(payload)
+	if len(f) < 2 {
+		return "", notice{}, false
+	}
+	token, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return "", notice{}, false
+	}
+	n.token = token
+	if len(f) > 2 {
+		if ms, err := strconv.ParseInt(f[2], 10, 64); err == nil && ms > 0 {
+			n.lease = time.Duration(ms) * time.Millisecond
+		}
+	}
+	return f[0], n, true
 }
 
 // dispatch routes messages of one connection to the listeners of their owner.
@@ -161,16 +181,12 @@ func (s *subscriber) dispatch(slot int, conn *psConn, msgs <-chan any) {
 			}
 			s.mu.Unlock()
 		case *redis.Message:
-			owner, tok, ok := strings.Cut(m.Payload, " ")
+			owner, n, ok := parseNotice(m.Payload)
 			if !ok {
 				continue
 			}
-			token, err := strconv.ParseInt(tok, 10, 64)
-			if err != nil {
-				continue
-			}
 			s.mu.Lock()
-			s.notifyLocked(conn, m.Channel, owner, token)
+			s.notifyLocked(conn, m.Channel, owner, n)
 			s.mu.Unlock()
 		}
 	}

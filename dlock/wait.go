@@ -14,6 +14,15 @@ type grant struct {
 	attempts  int
 }
 
+// confirmDue reports whether a handed-off grant must be renewed before it is used: its lease,
+// counted on our clock from our last look (the earliest the grant can have been made), has
+// less than a third left, which is when the watchdog would renew it. That happens when the
+// releasing client's claim lease is short against the time this waiter spent since it looked.
+func (g *grant) confirmDue() bool {
+	left := time.Until(g.sent.Add(g.valid - drift(g.valid)))
+	return left < g.valid/3
+}
+
 // obtain runs the acquisition: one script call when the lock is free; otherwise, if r.wait,
 // a place in line and a wait for the hand-off message, looking again every retry interval
 // (or when the holder's lease runs out) in case a message was lost.
@@ -96,9 +105,13 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 				return g, &waitError{ctxErr: ctx.Err()}
 			}
 			// Handed to us. It was granted after our last look that found us queued, so that
-			// look's send time is a safe start for the lease on our clock.
+			// look's send time is a safe start for the lease on our clock. The lease is the
+			// releasing client's claim, which the notice carries.
 			g.token, g.sent, g.handedOff = n.token, queuedAt, true
-			g.valid = c.be.handOffLease(r.ttl)
+			g.valid = n.lease
+			if g.valid <= 0 {
+				g.valid = c.be.handOffLease(r.ttl)
+			}
 			return g, nil
 		case <-timer.C:
 		}

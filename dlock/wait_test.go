@@ -285,3 +285,58 @@ func TestHandOffLearnedByLooking(t *testing.T) {
 		t.Fatalf("release: %v", err)
 	}
 }
+
+// The claim lease of a hand-off is the releasing client's (3 x its retry interval), which may
+// be far shorter than the waiter's own. The waiter learns it from the hand-off message and
+// renews in time: no rival gets the key, and the lock is soon renewed to the waiter's lease.
+func TestHandOffLeaseFromReleaser(t *testing.T) {
+	// The waiter has the default retry interval: its own claim would be 3 s. The releaser's
+	// claim is 30 ms.
+	_, rdb, waiter := setup(t)
+	releaser := newClient(t, rdb, dlock.WithRetryInterval(10*time.Millisecond))
+	rival := newClient(t, rdb)
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+
+	lk, err := releaser.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l2, err := waiter.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	time.Sleep(200 * time.Millisecond) // the waiter is in line
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	// Ten claim leases: a waiter that took its own 3 s for the claim would renew after 1 s,
+	// long after Redis let the key go.
+	for start := time.Now(); time.Since(start) < 300*time.Millisecond; time.Sleep(10 * time.Millisecond) {
+		r, err := rival.TryAcquire(ctx, key)
+		if err == nil {
+			_ = r.Release(ctx)
+			t.Fatalf("a rival got the key %v after the hand-off", time.Since(start))
+		}
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("rival: %v", err)
+		}
+		if err := l2.Err(); err != nil {
+			t.Fatalf("the handed-off lock was lost: %v", err)
+		}
+	}
+	if ttl := rdb.PTTL(ctx, lockKeyOf(t, rdb, key)).Val(); ttl < 10*time.Second {
+		t.Fatalf("lock has %v left: not renewed to the waiter's lease", ttl)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

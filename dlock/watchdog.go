@@ -27,14 +27,17 @@ func newWatchdog(c *Client) *watchdog {
 	return &watchdog{c: c, leases: map[*lease]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
-// add watches l: renewal a third of the lease from now, or at once for a handed-off lock that
-// its new holder must confirm.
+// add watches l: renewal a third of the lease from now. A handed-off lock holds only the
+// releaser's short claim lease until its new holder renews it to its own: that renewal comes
+// a third of the way into the claim lease, so a hold shorter than that (the common case under
+// contention) costs no renewal at all.
 func (w *watchdog) add(l *lease) {
 	l.mu.Lock()
 	l.watchedBy = w
-	l.renewAt = time.Now().Add(l.ttl / 3)
+	now := time.Now()
+	l.renewAt = now.Add(l.ttl / 3)
 	if l.confirm {
-		l.renewAt = time.Now()
+		l.renewAt = now.Add(l.deadline.Sub(now) / 3)
 	}
 	l.mu.Unlock()
 
@@ -112,8 +115,9 @@ func (w *watchdog) run() {
 	}
 }
 
-// collect returns the leases due now (or within a tenth of their lease) and the time of the
-// next renewal, which it records as the loop's wake-up time. With nothing to watch it returns
+// collect returns the leases due now (or within a tenth of their lease, so renewals batch; a
+// handed-off lease awaiting confirmation is not renewed early, so a short hold needs no
+// renewal at all) and the time of the next renewal, which it records as the loop's wake-up time. With nothing to watch it returns
 // idleLinger from now, and ok is false once the loop has been idle that long: it must exit.
 func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 	w.mu.Lock()
@@ -136,6 +140,9 @@ func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 	for l := range w.leases {
 		l.mu.Lock()
 		at, slack := l.renewAt, l.ttl/10
+		if l.confirm {
+			slack = 0
+		}
 		l.mu.Unlock()
 		if !at.After(now.Add(slack)) {
 			due = append(due, l)

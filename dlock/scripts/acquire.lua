@@ -57,9 +57,9 @@ if free then
   -- them now. That may be the caller, behind waiters told to look again: it then holds the
   -- claim lease, like any waiter handed the lock. If nobody took it, the line is empty.
   if not first then
-    local got, t = L.hand_off(cur[2], claim, ARGV[7])
+    local got, t, lease = L.hand_off(cur[2], claim, ARGV[7])
     if got == owner then
-      return {1, t, math.min(ttl, claim)}
+      return {1, t, lease}
     end
     first = got == nil
   end

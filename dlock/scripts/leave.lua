@@ -1,6 +1,6 @@
 -- leave: a waiter gives up. If a hand-off made it the holder meanwhile, pass the lock on.
 -- ARGV: 1 owner, 2 queue member, 3 claim ms, 4 publish command
--- Returns {next owner, its token} when the lock was passed on to a waiter, else {}.
+-- Returns {next owner, its token, its lease ms} when the lock was passed on to a waiter, else {}.
 local owner = ARGV[1]
 local L = lib()
 L.dequeue(ARGV[2])
@@ -11,8 +11,8 @@ if cur[1] == owner then
 elseif cur[1] and cur[1] ~= '' then
   return {}
 end
-local next_owner, t = L.hand_off(cur[2], tonumber(ARGV[3]), ARGV[4])
+local next_owner, t, lease = L.hand_off(cur[2], tonumber(ARGV[3]), ARGV[4])
 if next_owner then
-  return {next_owner, t}
+  return {next_owner, t, lease}
 end
 return {}

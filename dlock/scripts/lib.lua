@@ -59,11 +59,12 @@ local function lib()
   end
 
   -- hand_off gives a free lock (last token: last) to the first live waiter and tells it so
-  -- with one message "<owner> <token>" on the lock's channel. The new holder gets
-  -- min(its ttl, claim) until it confirms with a renewal, so a waiter that died after its last
-  -- heartbeat blocks the line for at most claim. A waiter that asked to skip completed work is
-  -- told "<owner> 0" (look again) when a record exists, and the next waiter is considered.
-  -- Returns the new holder and its token, or nil.
+  -- with one message "<owner> <token> <lease ms>" on the lock's channel. The new holder gets
+  -- min(its ttl, claim) until it renews, so a waiter that died after its last heartbeat blocks
+  -- the line for at most claim; the message carries that lease, because the claim is the
+  -- releasing client's setting, not the waiter's. A waiter that asked to skip completed work
+  -- is told "<owner> 0" (look again) when a record exists, and the next waiter is considered.
+  -- Returns the new holder, its token and its lease, or nil.
   function L.hand_off(last, claim, pubcmd)
     if redis.call('EXISTS', KEYS[2]) == 0 then
       return nil
@@ -83,9 +84,10 @@ local function lib()
           redis.call(pubcmd, channel, owner .. ' 0')
         else
           local t = next_token(last)
-          L.grant(owner, t, math.min(tonumber(ttl), claim))
-          redis.call(pubcmd, channel, owner .. ' ' .. string.format('%.0f', t))
-          return owner, t
+          local lease = math.min(tonumber(ttl), claim)
+          L.grant(owner, t, lease)
+          redis.call(pubcmd, channel, owner .. ' ' .. string.format('%.0f', t) .. ' ' .. lease)
+          return owner, t, lease
         end
       end
     end

@@ -2,7 +2,7 @@
 -- ARGV: 1 owner, 2 entry ('1' the first hold, n >= 2 a re-entry), 3 claim ms,
 --       4 publish command, 5 record and 6 record ttl ms (only when a record is to be stored)
 -- Returns 0, a bare integer, after a full release with nobody in line; otherwise {1, holds left}
--- or {1, 0, next owner, its token} after a hand-off; {-1, 0} when the caller does not own the lock.
+-- or {1, 0, next owner, its token, its lease ms} after a hand-off; {-1, 0} when the caller does not own the lock.
 -- Safe to run twice: a hold is only counted off once (its field, or x for the first hold, says
 -- whether it is gone), and a full release leaves the owner in r so that a retried release
 -- answers released instead of lost.
@@ -43,8 +43,8 @@ redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return 0
 end
-local next_owner, t = lib().hand_off(cur[2], tonumber(ARGV[3]), ARGV[4])
+local next_owner, t, lease = lib().hand_off(cur[2], tonumber(ARGV[3]), ARGV[4])
 if next_owner then
-  return {1, 0, next_owner, t}
+  return {1, 0, next_owner, t, lease}
 end
 return {1, 0}
