@@ -244,7 +244,8 @@ func TestHungRedisRespectsContext(t *testing.T) {
 
 // A waiter that never gets the hand-off message (here: its user may not subscribe) learns of
 // the hand-off from its own fallback look. The lock then holds only the short claim lease, and
-// the waiter must confirm it at once, or it expires under the new holder.
+// the waiter must renew it in time (a third into the claim lease), or it expires under the new
+// holder.
 func TestHandOffLearnedByLooking(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithArgs("--user", "deaf", "on", ">deaf", "~*", "+@all", "resetchannels"))
 	// The releasing client sets the claim lease: 3 x its retry interval = 300 ms.
