@@ -1,8 +1,9 @@
 -- release: drop one hold; at the last one free the lock and hand it to the next waiter.
 -- ARGV: 1 owner, 2 entry ('1' the first hold, n >= 2 a re-entry), 3 claim ms,
 --       4 publish command, 5 record and 6 record ttl ms (only when a record is to be stored)
--- Returns 0, a bare integer, after a full release with nobody in line; otherwise {1, holds left}
--- or {1, 0, next owner, its token, its lease ms} after a hand-off; {-1, 0} when the caller does not own the lock.
+-- Returns 0, a bare integer, after a full release with nobody in line; otherwise {1, holds
+-- left}, or {1, 0, next owner, its token, its lease ms} after a hand-off; {-1, 0} when the
+-- caller does not own the lock.
 -- Safe to run twice: a hold is only counted off once (its field, or x for the first hold, says
 -- whether it is gone), and a full release leaves the owner in r so that a retried release
 -- answers released instead of lost.
