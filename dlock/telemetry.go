@@ -99,12 +99,22 @@ func outcome(err error) string {
 	return OutcomeError
 }
 
+// outcomeOpts holds the wait histogram's attribute set for each outcome, built once:
+// metric.WithAttributes would build and sort a set on every acquisition.
+var outcomeOpts = func() map[string]metric.MeasurementOption {
+	m := map[string]metric.MeasurementOption{}
+	for _, o := range []string{OutcomeObtained, OutcomeBusy, OutcomeTimeout, OutcomeCompleted, OutcomeError} {
+		m[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("dlock.outcome", o)))
+	}
+	return m
+}()
+
 func (t *telemetry) endAcquire(ctx context.Context, s acquireSpan, g grant, err error) {
 	waited := time.Since(s.start).Seconds()
 	out := outcome(err)
 	attr := attribute.String("dlock.outcome", out)
 	if t.wait != nil {
-		t.wait.Record(ctx, waited, metric.WithAttributes(attr))
+		t.wait.Record(ctx, waited, outcomeOpts[out])
 	}
 	if s.span.IsRecording() {
 		s.span.SetAttributes(attr, attribute.Float64("dlock.wait_seconds", waited),
