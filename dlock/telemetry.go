@@ -71,13 +71,16 @@ func hashKey(key string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// spanInternal is built once: options are allocated on every call otherwise.
+var spanInternal = trace.WithSpanKind(trace.SpanKindInternal)
+
 type acquireSpan struct {
 	span  trace.Span
 	start time.Time
 }
 
 func (t *telemetry) startAcquire(ctx context.Context, key string, wait bool) (context.Context, acquireSpan) {
-	ctx, span := t.tracer.Start(ctx, "dlock.acquire", trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := t.tracer.Start(ctx, "dlock.acquire", spanInternal)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("dlock.key_hash", hashKey(key)), attribute.Bool("dlock.wait", wait))
 	}
@@ -85,10 +88,11 @@ func (t *telemetry) startAcquire(ctx context.Context, key string, wait bool) (co
 }
 
 func outcome(err error) string {
+	if err == nil {
+		return OutcomeObtained
+	}
 	var ce *CompletedError
 	switch {
-	case err == nil:
-		return OutcomeObtained
 	case errors.As(err, &ce):
 		return OutcomeCompleted
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
