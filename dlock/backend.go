@@ -38,9 +38,6 @@ type backend interface {
 	// deliver passes a hand-off this process made to its waiter here, if it is one of ours,
 	// ahead of the message.
 	deliver(key string, h handOff)
-	// handOffLease is how long a lock handed to a waiter stays valid before the waiter
-	// confirms it with a renewal.
-	handOffLease(ttl time.Duration) time.Duration
 	// close stops background work and waits for it.
 	close() error
 }

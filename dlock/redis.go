@@ -453,8 +453,6 @@ func (b *redisBackend) deliver(key string, h handOff) {
 	b.subs.deliver(ch, slot, h.owner, notice{token: h.token, lease: h.lease})
 }
 
-func (b *redisBackend) handOffLease(ttl time.Duration) time.Duration { return min(ttl, b.claim) }
-
 func (b *redisBackend) close() error {
 	b.mu.Lock()
 	b.closing = true

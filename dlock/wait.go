@@ -97,8 +97,8 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			c.cleanup(ctx, r)
 			return g, &waitError{ctxErr: ctx.Err()}
 		case n := <-lis.C():
-			if n.token == 0 {
-				continue // look again now
+			if n.token == 0 || n.lease <= 0 {
+				continue // look again now (a notice without its lease: the look tells it)
 			}
 			if ctx.Err() != nil {
 				c.cleanup(ctx, r)
@@ -107,11 +107,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			// Handed to us. It was granted after our last look that found us queued, so that
 			// look's send time is a safe start for the lease on our clock. The lease is the
 			// releasing client's claim, which the notice carries.
-			g.token, g.sent, g.handedOff = n.token, queuedAt, true
-			g.valid = n.lease
-			if g.valid <= 0 {
-				g.valid = c.be.handOffLease(r.ttl)
-			}
+			g.token, g.sent, g.valid, g.handedOff = n.token, queuedAt, n.lease, true
 			return g, nil
 		case <-timer.C:
 		}
