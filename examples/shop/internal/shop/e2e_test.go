@@ -16,7 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lockguard/lockguard/examples/shop/internal/shop"
-	"github.com/lockguard/lockguard/internal/redistest"
+	"github.com/lockguard/lockguard/examples/shop/internal/shoptest"
 )
 
 // TestE2EDoubleClickPay opens the shop's page in headless Chromium, creates an order,
@@ -49,27 +49,14 @@ func TestE2EDoubleClickPay(t *testing.T) {
 // doubleClickPay runs the page scenario against a fresh shop and returns the number of
 // charges in the ledger (through the API) and on the page.
 func doubleClickPay(t *testing.T, unprotected bool, shot string) (charges, pageCharges int) {
-	in, err := shop.Start(t.Context(), shop.Options{
-		Addr:        "127.0.0.1:0",
-		RedisAddr:   redistest.Start(t).Addr(),
-		DBPath:      filepath.Join(t.TempDir(), "shop.db"),
-		Unprotected: unprotected,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = in.Close(ctx)
-	})
+	in := shoptest.Start(t, unprotected)
 	mode := "protected"
 	if unprotected {
 		mode = "unprotected"
 	}
 
 	ctx := browser(t)
-	err = chromedp.Do(ctx,
+	err := chromedp.Do(ctx,
 		chromedp.Navigate(in.URL+"/"),
 		chromedp.WaitVisible(chromedp.ID("create")),
 		chromedp.Poll[chromedp.Void](`document.getElementById("mode").textContent === "`+mode+`"`, chromedp.WithPollingTimeout(10*time.Second)),

@@ -1,18 +1,14 @@
 package storm_test
 
 import (
-	"context"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.uber.org/goleak"
 
-	"github.com/lockguard/lockguard/examples/shop/internal/shop"
+	"github.com/lockguard/lockguard/examples/shop/internal/shoptest"
 	"github.com/lockguard/lockguard/examples/shop/internal/storm"
-	"github.com/lockguard/lockguard/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -26,23 +22,7 @@ var small = storm.Config{Pays: 20, PayKeys: 4, Accounts: 2, Withdrawals: 40, Ref
 // run starts a shop on its own Redis and database and storms it.
 func run(t *testing.T, unprotected bool) *storm.Report {
 	t.Helper()
-	srv := redistest.Start(t)
-	in, err := shop.Start(t.Context(), shop.Options{
-		Addr:        "127.0.0.1:0",
-		RedisAddr:   srv.Addr(),
-		DBPath:      filepath.Join(t.TempDir(), "shop.db"),
-		Unprotected: unprotected,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := in.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	in := shoptest.Start(t, unprotected)
 	cfg := small
 	cfg.BaseURL = in.URL
 	r, err := storm.Run(t.Context(), cfg)
