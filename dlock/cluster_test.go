@@ -75,7 +75,9 @@ func TestCluster(t *testing.T) {
 			got <- err
 		}()
 		time.Sleep(100 * time.Millisecond)
-		_ = lk.Release(ctx)
+		if err := lk.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
 		select {
 		case err := <-got:
 			if err != nil {
