@@ -85,19 +85,29 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 	return b
 }
 
-// keys returns the four keys of a lock in script order (lock, queue, queue deadlines, record)
-// and its channel. They are substrings of one string: two allocations per lock, not six.
+// keySuffixes are the suffixes of a lock's keys in script order (lock, queue, queue
+// deadlines, record), then its channel.
+var keySuffixes = [...]string{"lock", "q", "qd", "done", "ch"}
+
+// keys returns the four keys of a lock in script order and its channel. They are substrings
+// of one string: two allocations per lock, not six.
 func (b *redisBackend) keys(key string) ([]string, string) {
 	base := b.prefix + ":{" + escapeTag(key) + "}:"
-	n := len(base)
-	all := base + "lock" + base + "q" + base + "qd" + base + "done" + base + "ch"
-	keys := make([]string, 4)
-	i := 0
-	for k, suffix := range []int{4, 1, 2, 4} {
-		keys[k] = all[i : i+n+suffix]
-		i += n + suffix
+	var sb strings.Builder
+	sb.Grow(len(keySuffixes) * (len(base) + 4))
+	var ends [len(keySuffixes)]int
+	for i, suffix := range keySuffixes {
+		sb.WriteString(base)
+		sb.WriteString(suffix)
+		ends[i] = sb.Len()
 	}
-	return keys, all[i:]
+	all := sb.String()
+	keys := make([]string, len(keySuffixes)-1)
+	start := 0
+	for i := range keys {
+		keys[i], start = all[start:ends[i]], ends[i]
+	}
+	return keys, all[start:]
 }
 
 func (b *redisBackend) pubCmd() string {

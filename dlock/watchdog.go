@@ -117,8 +117,9 @@ func (w *watchdog) run() {
 
 // collect returns the leases due now (or within a tenth of their lease, so renewals batch; a
 // handed-off lease awaiting confirmation is not renewed early, so a short hold needs no
-// renewal at all) and the time of the next renewal, which it records as the loop's wake-up time. With nothing to watch it returns
-// idleLinger from now, and ok is false once the loop has been idle that long: it must exit.
+// renewal at all) and the time of the next renewal, which it records as the loop's wake-up
+// time. With nothing to watch it returns idleLinger from now, and ok is false once the loop
+// has been idle that long: it must exit.
 func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -45,7 +45,7 @@ if ARGV[4] == '1' then
 end
 
 local queued = redis.call('EXISTS', KEYS[2]) == 1
-local nowus = L.now_us()
+local nowus = now_us()
 if free then
   local first = true
   if queued then

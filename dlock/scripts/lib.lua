@@ -15,6 +15,12 @@
 -- The common paths (a free lock taken, a lock released with nobody in line) are written out in
 -- each script; the helpers of the other paths are only built, by lib(), when one is taken.
 
+-- now_us is the server time in microseconds.
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- next_token returns the token after last (the lock hash's t): last + 1, or the server time in
 -- microseconds when the hash does not exist (first use, lease expired, data lost). A chain of
 -- tokens started from the clock stays behind it (each grant is a script of its own, over a
@@ -24,17 +30,11 @@ local function next_token(last)
   if last then
     return tonumber(last) + 1
   end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return now_us()
 end
 
 local function lib()
   local L = {}
-
-  function L.now_us()
-    local t = redis.call('TIME')
-    return tonumber(t[1]) * 1000000 + tonumber(t[2])
-  end
 
   -- grant makes owner the holder with one hold; a lease below its ttl awaits confirmation.
   function L.grant(owner, token, lease)
@@ -70,7 +70,7 @@ local function lib()
       return nil
     end
     local channel = string.sub(KEYS[1], 1, -5) .. 'ch'
-    L.purge(math.floor(L.now_us() / 1000))
+    L.purge(math.floor(now_us() / 1000))
     while true do
       local head = redis.call('ZRANGE', KEYS[2], 0, 0)
       if #head == 0 then

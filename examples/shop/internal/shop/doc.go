@@ -1,6 +1,8 @@
 // Package shop is the example service of lockguard: a small shop whose handlers do what
-// a naive service does (read a balance, call a slow payment provider, write the balance
-// and a ledger row, in separate steps) and which the lock middlewares make correct.
+// a naive service does (read a balance, call a slow payment provider, then write the
+// balance and a ledger row computed from that read) and which the lock middlewares make
+// correct. The final write is one database transaction, so a crash cannot tear it; the
+// race between the read and the write is what the locks close.
 //
 // It serves a Gin HTTP API (accounts, orders, pay with an Idempotency-Key, withdraw,
 // refund, ledger, an HTML page) and runs an asynq worker that applies refunds. The ledger
