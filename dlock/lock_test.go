@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/locktest"
 )
 
 func TestAcquireRelease(t *testing.T) {
@@ -62,7 +63,7 @@ func TestAcquireRelease(t *testing.T) {
 		}
 		if !strings.HasSuffix(k, ":lock") {
 			t.Errorf("key %s left after release", k)
-		} else if owner, n := holdsIn(t, rdb, k); owner != "" || n != 0 {
+		} else if owner, n := locktest.Holds(t, rdb, k); owner != "" || n != 0 {
 			t.Errorf("lock %s held by %q with %d holds after release", k, owner, n)
 		}
 	}

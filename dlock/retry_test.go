@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/locktest"
 )
 
 // replayHook sends every script call twice, as go-redis does when a reply is lost on the
@@ -81,7 +82,7 @@ func TestScriptsSafeToRunTwice(t *testing.T) {
 	}
 	lockKey := lockKeyOf(t, plain, key)
 	// One field per hold: a replayed re-entry did not count twice.
-	if _, n := holdsIn(t, plain, lockKey); n != 4 || outer.HoldCount() != 4 {
+	if _, n := locktest.Holds(t, plain, lockKey); n != 4 || outer.HoldCount() != 4 {
 		t.Fatalf("holds in Redis %d, local %d, want 4", n, outer.HoldCount())
 	}
 	if err := outer.Refresh(ctx, time.Minute); err != nil {
@@ -99,7 +100,7 @@ func TestScriptsSafeToRunTwice(t *testing.T) {
 	if err := outer.Release(ctx); err != nil {
 		t.Fatalf("final release replayed: %v", err)
 	}
-	if owner, n := holdsIn(t, plain, lockKey); owner != "" || n != 0 {
+	if owner, n := locktest.Holds(t, plain, lockKey); owner != "" || n != 0 {
 		t.Fatalf("lock held by %q with %d holds after as many releases as acquisitions", owner, n)
 	}
 	if hook.replays.Load() < 9 {
@@ -158,7 +159,7 @@ func TestOuterReleasedFirstRunTwice(t *testing.T) {
 		if err := step.lk.Release(ctx); err != nil {
 			t.Fatalf("release %d: %v", i, err)
 		}
-		if owner, n := holdsIn(t, plain, lockKey); owner == "" || n != step.left {
+		if owner, n := locktest.Holds(t, plain, lockKey); owner == "" || n != step.left {
 			t.Fatalf("after release %d: owner %q, holds %d, want %d", i, owner, n, step.left)
 		}
 		if _, err := other.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
@@ -168,7 +169,7 @@ func TestOuterReleasedFirstRunTwice(t *testing.T) {
 	if err := inner1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if owner, n := holdsIn(t, plain, lockKey); owner != "" || n != 0 {
+	if owner, n := locktest.Holds(t, plain, lockKey); owner != "" || n != 0 {
 		t.Fatalf("after the last release: owner %q, holds %d", owner, n)
 	}
 	if fields := plain.HKeys(ctx, lockKey).Val(); len(fields) != 4 {
@@ -212,7 +213,7 @@ func TestReentryReplyLost(t *testing.T) {
 	}
 	lockKey := lockKeyOf(t, plain, key)
 	deadline := time.Now().Add(3 * time.Second)
-	for _, n := holdsIn(t, plain, lockKey); n != 2; _, n = holdsIn(t, plain, lockKey) {
+	for _, n := locktest.Holds(t, plain, lockKey); n != 2; _, n = locktest.Holds(t, plain, lockKey) {
 		if time.Now().After(deadline) {
 			t.Fatalf("holds in Redis %d, want 2", n)
 		}
@@ -222,7 +223,7 @@ func TestReentryReplyLost(t *testing.T) {
 	if err := outer.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if owner, n := holdsIn(t, plain, lockKey); owner != "" || n != 0 {
+	if owner, n := locktest.Holds(t, plain, lockKey); owner != "" || n != 0 {
 		t.Fatalf("lock held by %q with %d holds after as many releases as successful acquisitions", owner, n)
 	}
 }

@@ -23,23 +23,6 @@ func lockKeyOf(t *testing.T, rdb *redis.Client, key string) string {
 	return keys[0]
 }
 
-// holdsIn reads a lock hash as Redis has it: its owner ("" when free) and its hold count.
-func holdsIn(t *testing.T, rdb *redis.Client, lockKey string) (owner string, holds int) {
-	t.Helper()
-	v, err := rdb.HMGet(context.Background(), lockKey, "o", "h").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner, _ = v[0].(string)
-	if h, ok := v[1].(string); ok {
-		holds, err = strconv.Atoi(h)
-		if err != nil {
-			t.Fatalf("hold count %q: %v", h, err)
-		}
-	}
-	return owner, holds
-}
-
 func TestWatchdogKeepsLock(t *testing.T) {
 	_, rdb, c := setup(t, dlock.WithLease(time.Second))
 	other := newClient(t, rdb)

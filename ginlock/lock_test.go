@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/ginlock"
+	"github.com/lockguard/lockguard/internal/locktest"
 )
 
 func TestAccountDeductionsAreSerialized(t *testing.T) {
@@ -142,7 +143,7 @@ func TestPanicReleasesAndStoresNothing(t *testing.T) {
 	if keys := e.redisKeys(t, "*:done"); len(keys) != 0 {
 		t.Fatalf("records after a panic: %v", keys)
 	}
-	if keys := e.heldLocks(t); len(keys) != 0 {
+	if keys := locktest.Held(t, e.rdb); len(keys) != 0 {
 		t.Fatalf("locks still held after a panic: %v", keys)
 	}
 	if w := do(r, q); w.Code != http.StatusCreated || runs.Load() != 2 {
@@ -180,7 +181,7 @@ func TestLostLock(t *testing.T) {
 		done <- problemBody{Status: w.Code}
 	}()
 	<-started
-	keys := e.heldLocks(t)
+	keys := locktest.Held(t, e.rdb)
 	if len(keys) != 1 {
 		t.Fatalf("lock keys %v, want one", keys)
 	}

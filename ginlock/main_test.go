@@ -144,19 +144,6 @@ func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int) problem
 }
 
 // redisKeys lists the Redis keys matching pattern (tests only: KEYS blocks a real server).
-// heldLocks returns the lock hashes that have an owner. A released lock's hash stays a while
-// without one, keeping its last fencing token.
-func (e *env) heldLocks(t testing.TB) []string {
-	t.Helper()
-	var held []string
-	for _, k := range e.redisKeys(t, "*:lock") {
-		if e.rdb.HGet(context.Background(), k, "o").Val() != "" {
-			held = append(held, k)
-		}
-	}
-	return held
-}
-
 func (e *env) redisKeys(t testing.TB, pattern string) []string {
 	t.Helper()
 	keys, err := e.rdb.Keys(context.Background(), pattern).Result()

@@ -118,24 +118,6 @@ func (b *bank) noKeyWithoutTTL() {
 	}
 }
 
-// heldLocks returns the lockguard lock hashes in rdb that have an owner. A released lock's
-// hash stays a while without one (it keeps the last fencing token); that is not a held lock.
-func heldLocks(t testing.TB, rdb *redis.Client) []string {
-	t.Helper()
-	ctx := context.Background()
-	keys, err := rdb.Keys(ctx, "*}:lock").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var held []string
-	for _, k := range keys {
-		if o, err := rdb.HGet(ctx, k, "o").Result(); err == nil && o != "" {
-			held = append(held, k)
-		}
-	}
-	return held
-}
-
 // workerProc is a bank worker in another OS process.
 type workerProc struct {
 	cmd   *exec.Cmd

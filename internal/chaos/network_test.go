@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/locktest"
 )
 
 // proxied returns a dlock Client that reaches the lock server through p.
@@ -79,7 +80,7 @@ func TestFaultConnectionsKilled(t *testing.T) {
 		fmt.Sprintf("connections_killed=%d ambiguous_releases_reported=%d", kills, ambiguous))
 	// Whatever the kills left behind ends with its lease.
 	time.Sleep(lease + 200*time.Millisecond)
-	if keys := heldLocks(t, admin); len(keys) != 0 {
+	if keys := locktest.Held(t, admin); len(keys) != 0 {
 		t.Fatalf("locks outlived their lease: %v", keys)
 	}
 	b.noKeyWithoutTTL()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockguard/lockguard/internal/locktest"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
@@ -59,7 +60,7 @@ func sampleSoak(ctx context.Context, rdb *redis.Client, api *shopAPI, pid int) s
 		switch {
 		case strings.HasSuffix(k, "}:done"):
 			s.records++
-		case strings.HasSuffix(k, "}:lock") && rdb.HGet(ctx, k, "o").Val() == "":
+		case strings.HasSuffix(k, "}:lock") && released(ctx, rdb, k):
 			s.fences++
 		default:
 			s.lockKeys++
@@ -81,6 +82,12 @@ func sampleSoak(ctx context.Context, rdb *redis.Client, api *shopAPI, pid int) s
 	r := api.do(ctx, "GET", "/healthz", nil, nil)
 	s.healthy = r.err == nil && r.status == http.StatusOK
 	return s
+}
+
+// released reports whether the lock hash at k is a released lock's (kept for its token).
+func released(ctx context.Context, rdb *redis.Client, k string) bool {
+	owner, err := locktest.Owner(ctx, rdb, k)
+	return err == nil && owner == ""
 }
 
 // Bounded soak: mixed HTTP load on the shop (a child process) from goroutines on loopback
