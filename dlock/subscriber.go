@@ -59,15 +59,7 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 	}
 	conn := s.conns[slot]
 	if conn == nil {
-		conn = &psConn{chans: map[string]*chanState{}}
-		if s.sharded {
-			conn.ps = s.rdb.SSubscribe(ctx)
-		} else {
-			conn.ps = s.rdb.Subscribe(ctx)
-		}
-		s.conns[slot] = conn
-		s.wg.Add(1)
-		go s.dispatch(slot, conn, conn.ps.ChannelWithSubscriptions(redis.WithChannelSize(256)))
+		return s.connectLocked(ctx, channel, slot, owner)
 	}
 	if conn.idle != nil {
 		conn.idle.Stop()
@@ -85,10 +77,43 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 			s.idleLocked(slot, conn)
 			return nil, unavailable("subscribe", err)
 		}
-		cs = &chanState{ready: make(chan struct{}), listeners: map[*chanListener]struct{}{}}
-		conn.chans[channel] = cs
+		cs = conn.add(channel)
 	}
 	return s.addLocked(cs, channel, slot, owner), nil
+}
+
+// connectLocked opens the pub/sub connection of a slot with its first channel. The channel
+// is named when the connection is made, before anything reads from it: a Cluster client binds
+// a sharded subscription's connection to the node that serves the first channel's slot, and
+// to a random node when there is none yet (the subscription then gets MOVED, and is never
+// confirmed).
+func (s *subscriber) connectLocked(ctx context.Context, channel string, slot int, owner string) (listener, error) {
+	var ps *redis.PubSub
+	var err error
+	if s.sharded {
+		ps = s.rdb.SSubscribe(ctx)
+		err = ps.SSubscribe(ctx, channel)
+	} else {
+		ps = s.rdb.Subscribe(ctx)
+		err = ps.Subscribe(ctx, channel)
+	}
+	if err != nil {
+		_ = ps.Close()
+		return nil, unavailable("subscribe", err)
+	}
+	conn := &psConn{ps: ps, chans: map[string]*chanState{}}
+	cs := conn.add(channel)
+	s.conns[slot] = conn
+	s.wg.Add(1)
+	go s.dispatch(slot, conn, ps.ChannelWithSubscriptions(redis.WithChannelSize(256)))
+	return s.addLocked(cs, channel, slot, owner), nil
+}
+
+// add records a channel subscribed on conn, not yet confirmed.
+func (c *psConn) add(channel string) *chanState {
+	cs := &chanState{ready: make(chan struct{}), listeners: map[*chanListener]struct{}{}}
+	c.chans[channel] = cs
+	return cs
 }
 
 // addLocked registers a listener of owner on a channel's state.
