@@ -2,8 +2,11 @@ package dlock
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockguard/lockguard/internal/redistest"
 )
@@ -59,5 +62,155 @@ func TestScriptLeaseRunOutSkippingWaiterAhead(t *testing.T) {
 	}
 	if res, err := be.acquire(ctx, req("probe", false, false)); err != nil || res.status != statusObtained {
 		t.Fatalf("probe after the release: %+v %v, want obtained", res, err)
+	}
+}
+
+// scriptRig is a Redis backend driven one script call at a time.
+type scriptRig struct {
+	t    *testing.T
+	rdb  *redis.Client
+	be   *redisBackend
+	key  string
+	keys []string
+}
+
+func newScriptRig(t *testing.T) *scriptRig {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	be := newRedisBackend(rdb, &config{lease: time.Minute, retry: 200 * time.Millisecond, prefix: "lockguard"})
+	t.Cleanup(func() { _ = be.close() })
+	keys, _ := be.keys("k")
+	return &scriptRig{t: t, rdb: rdb, be: be, key: "k", keys: keys}
+}
+
+func (r *scriptRig) acquire(owner string, wait bool) acquireResult {
+	r.t.Helper()
+	res, err := r.be.acquire(context.Background(), acquireRequest{key: r.key, owner: owner, ttl: time.Minute, wait: wait})
+	if err != nil {
+		r.t.Fatalf("acquire %s: %v", owner, err)
+	}
+	return res
+}
+
+func (r *scriptRig) release(owner string) releaseResult {
+	r.t.Helper()
+	res, err := r.be.release(context.Background(), releaseRequest{key: r.key, owner: owner, entry: "1"})
+	if err != nil || !res.owned {
+		r.t.Fatalf("release %s: %+v %v", owner, res, err)
+	}
+	return res
+}
+
+// field reads one field of the lock hash ("" when absent).
+func (r *scriptRig) field(name string) string {
+	r.t.Helper()
+	v, err := r.rdb.HGet(context.Background(), r.keys[0], name).Result()
+	if err != nil && err != redis.Nil {
+		r.t.Fatal(err)
+	}
+	return v
+}
+
+// The line marker w: a waiter joining sets it, so the release looks at the line; a dead waiter
+// at the head of the line is dropped and the next live one served; a marker left by a waiter
+// that gave up costs the next release one look at an empty line, which clears it.
+func TestScriptLineMarker(t *testing.T) {
+	r := newScriptRig(t)
+	ctx := context.Background()
+	if res := r.acquire("holder", false); res.status != statusObtained {
+		t.Fatalf("holder: %+v", res)
+	}
+	if w := r.field("w"); w == "1" {
+		t.Fatal("a lock nobody waits for is marked as having a line")
+	}
+	for _, owner := range []string{"dead", "live"} {
+		if res := r.acquire(owner, true); res.status != statusBusy {
+			t.Fatalf("%s: %+v, want busy and in line", owner, res)
+		}
+	}
+	if w := r.field("w"); w != "1" {
+		t.Fatalf("w = %q after waiters joined, want 1", w)
+	}
+	// The first waiter's process died: its liveness deadline has passed.
+	dead := r.be.member(acquireRequest{owner: "dead", ttl: time.Minute})
+	if err := r.rdb.ZAddXX(ctx, r.keys[2], redis.Z{Score: 1, Member: dead}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rel := r.release("holder")
+	if rel.next.owner != "live" {
+		t.Fatalf("hand-off to %q, want the live waiter behind the dead one", rel.next.owner)
+	}
+	for _, k := range r.keys[1:3] {
+		if n := r.rdb.Exists(ctx, k).Val(); n != 0 {
+			t.Fatalf("%s still exists after the line was served: %v", k, r.rdb.ZRange(ctx, k, 0, -1).Val())
+		}
+	}
+	if rel := r.release("live"); rel.next.owner != "" {
+		t.Fatalf("hand-off to %q from an empty line", rel.next.owner)
+	}
+	if w := r.field("w"); w != "0" {
+		t.Fatalf("w = %q after a release found the line empty, want 0", w)
+	}
+
+	// A waiter joins and gives up: the marker stays until the next release clears it.
+	if res := r.acquire("holder2", false); res.status != statusObtained {
+		t.Fatalf("holder2: %+v", res)
+	}
+	quitter := acquireRequest{key: r.key, owner: "quitter", ttl: time.Minute, wait: true}
+	if res := r.acquire("quitter", true); res.status != statusBusy {
+		t.Fatalf("quitter: %+v", res)
+	}
+	if h, err := r.be.leave(ctx, quitter); err != nil || h.owner != "" {
+		t.Fatalf("leave: %+v %v", h, err)
+	}
+	if rel := r.release("holder2"); rel.next.owner != "" {
+		t.Fatalf("hand-off to %q after the only waiter left", rel.next.owner)
+	}
+	if w := r.field("w"); w != "0" {
+		t.Fatalf("w = %q, want 0", w)
+	}
+	if res := r.acquire("probe", false); res.status != statusObtained {
+		t.Fatalf("probe after the release: %+v, want obtained", res)
+	}
+}
+
+// The common paths cost what docs/dlock.md says: taking a new key HMGET, EXISTS (line), TIME,
+// HSET, PEXPIRE; taking a released one HMGET, HSET, PEXPIRE; releasing with nobody in line
+// HMGET, HSET. None of them looks at the line of a lock it holds.
+func TestScriptCommonPathCalls(t *testing.T) {
+	r := newScriptRig(t)
+	ctx := context.Background()
+	if err := r.rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, owner := range []string{"a", "b"} {
+		if res := r.acquire(owner, false); res.status != statusObtained {
+			t.Fatalf("%s: %+v", owner, res)
+		}
+		r.release(owner)
+	}
+	stats, err := r.rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(stats, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		got[strings.TrimPrefix(name, "cmdstat_")] = calls
+	}
+	want := map[string]string{"hmget": "4", "hset": "4", "pexpire": "2", "exists": "1", "time": "1"}
+	for cmd, n := range want {
+		if got[cmd] != n {
+			t.Errorf("%s called %q times, want %s", cmd, got[cmd], n)
+		}
+	}
+	for _, cmd := range []string{"zadd", "zpopmin", "zrange", "zscore", "zrem", "ttl", "pttl"} {
+		if got[cmd] != "" {
+			t.Errorf("%s called %s times on paths that never look at the line", cmd, got[cmd])
+		}
 	}
 }

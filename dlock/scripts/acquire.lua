@@ -7,13 +7,12 @@
 --         {2, record} a completion record exists and skip completed was asked.
 -- Safe to run twice: a retried call finds its own owner id and answers obtained again.
 --
--- A released lock (hash present, owner '') never has waiters: every script that frees a lock
--- hands it to the first live waiter or empties the line, and a waiter only joins the line of a
--- held lock. So taking a released lock costs three calls (HMGET, HSET, PEXPIRE); a lock whose
--- hash is gone (new key, lease run out) also needs EXISTS on the line and TIME for its token;
--- skip completed adds EXISTS on the record.
+-- A released lock never has waiters (see the prelude), so taking one costs three calls (HMGET,
+-- HSET, PEXPIRE); a lock whose hash is gone (new key, lease run out) also needs EXISTS on the
+-- line and TIME for its token; skip completed adds EXISTS on the record. Joining the line marks
+-- the lock hash (w), so that its holder's release looks at the line.
 local owner = ARGV[1]
-local cur = redis.call('HMGET', KEYS[1], 'o', 't')
+local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'w')
 local holder = cur[1]
 local free = not holder or holder == ''
 if free and (ARGV[4] == '0' or redis.call('EXISTS', KEYS[4]) == 0)
@@ -44,29 +43,22 @@ if ARGV[4] == '1' then
   end
 end
 
-local queued = redis.call('EXISTS', KEYS[2]) == 1
 local nowus = now_us()
 if free then
-  local first = true
-  if queued then
-    L.purge(math.floor(nowus / 1000))
-    local head = redis.call('ZRANGE', KEYS[2], 0, 0)
-    first = #head == 0 or head[1] == member
-  end
-  -- The lock is free with others in line (its holder's lease ran out): serve the first of
-  -- them now. That may be the caller, behind waiters told to look again: it then holds the
-  -- claim lease, like any waiter handed the lock. If nobody took it, the line is empty.
-  if not first then
+  -- The holder's lease ran out with others in line (a released lock has nobody in line):
+  -- serve the first live waiter now. That may be the caller, behind waiters told to look
+  -- again: it then holds the claim lease, like any waiter handed the lock. When nobody else
+  -- is in line, the caller takes the lock.
+  local head = L.head(math.floor(nowus / 1000))
+  if head and head ~= member then
     local got, t, lease = L.hand_off(cur[2], claim, ARGV[7])
     if got == owner then
       return {1, t, lease}
     end
-    first = got == nil
+    head = got
   end
-  if first then
-    if queued then
-      L.dequeue(member)
-    end
+  if not head or head == member then
+    L.dequeue(member)
     local t = next_token(cur[2])
     L.grant(owner, t, ttl)
     return {1, t, ttl}
@@ -80,5 +72,8 @@ if ARGV[3] == '1' then
   redis.call('ZADD', KEYS[3], nowms + live, member)
   redis.call('PEXPIRE', KEYS[2], 2 * live)
   redis.call('PEXPIRE', KEYS[3], 2 * live)
+  if cur[3] ~= '1' then
+    redis.call('HSET', KEYS[1], 'w', '1')
+  end
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -4,7 +4,9 @@
 --   1 lock    hash   o = owner id ('' when free), t = fencing token (the last one when free),
 --                    r = owner of the last full release (retry tombstone), h = number of holds,
 --                    e<n> = one field per re-entry hold (n >= 2; the first hold has none),
---                    x = set when the first hold was released while re-entry holds remain
+--                    x = set when the first hold was released while re-entry holds remain,
+--                    w = '1' when the line may have waiters (set by every script that adds one
+--                    or grants the lock from the line; '0' once a release found the line empty)
 --   2 queue   zset   waiters in arrival order, member "<owner>:<ttl ms>:<skip flag>", score = arrival (us)
 --   3 qdead   zset   same members, score = liveness deadline (ms); waiters refresh it while they wait
 --   4 record  string completion record stored by Complete
@@ -12,8 +14,11 @@
 -- keeps the lock hash, without owner, until its lease would have ended: its last token is the
 -- base of the next holder's, and r answers a retried release.
 --
--- The common paths (a free lock taken, a lock released with nobody in line) are written out in
--- each script; the helpers of the other paths are only built, by lib(), when one is taken.
+-- A released lock (hash present, owner '') never has waiters: every script that frees a lock
+-- hands it to the first live waiter or empties the line, and a waiter only joins the line of a
+-- held lock. A lock hash whose w is not '1' has nobody in line either. The common paths (a free lock taken,
+-- a lock released with nobody in line) are written out in each script and never look at the
+-- line; the helpers of the other paths are only built, by lib(), when one is taken.
 
 -- now_us is the server time in microseconds.
 local function now_us()
@@ -36,26 +41,38 @@ end
 local function lib()
   local L = {}
 
-  -- grant makes owner the holder with one hold; a lease below its ttl awaits confirmation.
-  function L.grant(owner, token, lease)
-    redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', token), 'h', '1')
-    redis.call('PEXPIRE', KEYS[1], lease)
-  end
-
-  -- Waiters that stopped refreshing their deadline (process died) leave the line.
-  function L.purge(nowms)
-    local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. nowms)
-    for i = 1, #dead do
-      redis.call('ZREM', KEYS[2], dead[i])
-    end
-    if #dead > 0 then
-      redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. nowms)
-    end
-  end
-
   function L.dequeue(member)
     redis.call('ZREM', KEYS[2], member)
     redis.call('ZREM', KEYS[3], member)
+  end
+
+  -- head returns the first live waiter, taking dead ones (no liveness refresh since their
+  -- deadline: the process died) out of the line ahead of it; nil when nobody live is in line.
+  function L.head(nowms)
+    while true do
+      local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+      if #head == 0 then
+        return nil
+      end
+      local deadline = tonumber(redis.call('ZSCORE', KEYS[3], head[1]))
+      if deadline and deadline >= nowms then
+        return head[1]
+      end
+      L.dequeue(head[1])
+    end
+  end
+
+  -- grant makes owner the holder with one hold and marks the line as possibly not empty (w),
+  -- so that the release looks at it. A lease below the owner's ttl awaits confirmation.
+  -- releaser, when given, is recorded as the last full release (r) in the same write.
+  function L.grant(owner, token, lease, releaser)
+    local t = string.format('%.0f', token)
+    if releaser then
+      redis.call('HSET', KEYS[1], 'o', owner, 't', t, 'h', '1', 'w', '1', 'r', releaser)
+    else
+      redis.call('HSET', KEYS[1], 'o', owner, 't', t, 'h', '1', 'w', '1')
+    end
+    redis.call('PEXPIRE', KEYS[1], lease)
   end
 
   -- hand_off gives a free lock (last token: last) to the first live waiter and tells it so
@@ -64,28 +81,31 @@ local function lib()
   -- the line for at most claim; the message carries that lease, because the claim is the
   -- releasing client's setting, not the waiter's. A waiter that asked to skip completed work
   -- is told "<owner> 0" (look again) when a record exists, and the next waiter is considered.
-  -- Returns the new holder, its token and its lease, or nil.
-  function L.hand_off(last, claim, pubcmd)
-    if redis.call('EXISTS', KEYS[2]) == 0 then
-      return nil
-    end
-    local channel = string.sub(KEYS[1], 1, -5) .. 'ch'
-    L.purge(math.floor(now_us() / 1000))
+  -- Waiters are taken off the head of the line as they are considered; dead ones are dropped.
+  -- Returns the new holder, its token and its lease; or nil, having written nothing to the
+  -- lock hash: the caller then records the lock as free.
+  function L.hand_off(last, claim, pubcmd, releaser)
+    local channel, nowms
     while true do
-      local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+      local head = redis.call('ZPOPMIN', KEYS[2])
       if #head == 0 then
         return nil
       end
       local m = head[1]
-      L.dequeue(m)
+      local deadline = tonumber(redis.call('ZSCORE', KEYS[3], m))
+      redis.call('ZREM', KEYS[3], m)
+      if not nowms then
+        nowms = math.floor(now_us() / 1000)
+        channel = string.sub(KEYS[1], 1, -5) .. 'ch'
+      end
       local owner, ttl, flag = string.match(m, '^([^:]+):(%d+):(%d)$')
-      if owner then
+      if owner and deadline and deadline >= nowms then
         if flag == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
           redis.call(pubcmd, channel, owner .. ' 0')
         else
           local t = next_token(last)
           local lease = math.min(tonumber(ttl), claim)
-          L.grant(owner, t, lease)
+          L.grant(owner, t, lease, releaser)
           redis.call(pubcmd, channel, owner .. ' ' .. string.format('%.0f', t) .. ' ' .. lease)
           return owner, t, lease
         end

@@ -7,9 +7,9 @@
 -- Safe to run twice: a hold is only counted off once (its field, or x for the first hold, says
 -- whether it is gone), and a full release leaves the owner in r so that a retried release
 -- answers released instead of lost.
--- The last hold with nobody in line costs three calls: HMGET, HSET, EXISTS.
+-- The last hold with nobody in line (no w on the lock) costs two calls: HMGET, HSET.
 local owner, entry = ARGV[1], ARGV[2]
-local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'r', 'h', 'x')
+local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'r', 'h', 'x', 'w')
 if cur[1] ~= owner then
   if cur[3] == owner then
     return {1, 0}
@@ -40,12 +40,13 @@ else
     redis.call('HDEL', KEYS[1], 'x')
   end
 end
+if cur[6] == '1' then
+  local next_owner, t, lease = lib().hand_off(cur[2], tonumber(ARGV[3]), ARGV[4], owner)
+  if next_owner then
+    return {1, 0, next_owner, t, lease}
+  end
+  redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0', 'w', '0')
+  return {1, 0}
+end
 redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  return 0
-end
-local next_owner, t, lease = lib().hand_off(cur[2], tonumber(ARGV[3]), ARGV[4])
-if next_owner then
-  return {1, 0, next_owner, t, lease}
-end
-return {1, 0}
+return 0

@@ -40,7 +40,7 @@ const lockguardACL = "on ~lockguard:* resetchannels &lockguard:* -@all " +
 	"+evalsha +eval +get +ping " +
 	"+subscribe +unsubscribe +ssubscribe +sunsubscribe +publish +spublish " +
 	"+exists +hdel +hget +hincrby +hmget +hset +hsetnx +pexpire +pttl +set +time " +
-	"+zadd +zrange +zrangebyscore +zrem +zremrangebyscore"
+	"+zadd +zpopmin +zrange +zrem +zscore"
 
 // Every command dlock's scripts call must be in lockguardACL: a script that gains a command
 // otherwise fails only for users with an ACL.
