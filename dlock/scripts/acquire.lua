@@ -9,18 +9,31 @@
 --
 -- A released lock never has waiters (see the prelude), so taking one costs three calls (HMGET,
 -- HSET, PEXPIRE); a lock whose hash is gone (new key, lease run out) also needs EXISTS on the
--- line and TIME for its token; skip completed adds EXISTS on the record. Joining the line marks
+-- line and TIME for its token; skip completed looks for the record in the same EXISTS (or in
+-- one of its own, for a released lock). Joining the line marks
 -- the lock hash (w), so that its holder's release looks at the line.
 local owner = ARGV[1]
 local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'w')
 local holder = cur[1]
 local free = not holder or holder == ''
-if free and (ARGV[4] == '0' or redis.call('EXISTS', KEYS[4]) == 0)
-    and (holder == '' or redis.call('EXISTS', KEYS[2]) == 0) then
-  local t = next_token(cur[2])
-  redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', t), 'h', '1')
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return t
+if free then
+  -- In the way of taking it: a record (skip completed), a line (only when the hash is gone).
+  local others = 0
+  if holder then
+    if ARGV[4] == '1' then
+      others = redis.call('EXISTS', KEYS[4])
+    end
+  elseif ARGV[4] == '1' then
+    others = redis.call('EXISTS', KEYS[4], KEYS[2])
+  else
+    others = redis.call('EXISTS', KEYS[2])
+  end
+  if others == 0 then
+    local t = next_token(cur[2])
+    redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', t), 'h', '1')
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return t
+  end
 end
 
 local L = lib()
