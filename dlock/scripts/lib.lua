@@ -16,9 +16,10 @@
 --
 -- A released lock (hash present, owner '') never has waiters: every script that frees a lock
 -- hands it to the first live waiter or empties the line, and a waiter only joins the line of a
--- held lock. A lock hash whose w is not '1' has nobody in line either. The common paths (a free lock taken,
--- a lock released with nobody in line) are written out in each script and never look at the
--- line; the helpers of the other paths are only built, by lib(), when one is taken.
+-- held lock. A lock hash whose w is not '1' has nobody in line either. The common paths (a
+-- free lock taken, a lock released with nobody in line) are written out in each script and
+-- never look at the line; the helpers of the other paths are only built, by lib(), when one
+-- is taken.
 
 -- now_us is the server time in microseconds.
 local function now_us()
@@ -65,6 +66,7 @@ local function lib()
   -- grant makes owner the holder with one hold and marks the line as possibly not empty (w),
   -- so that the release looks at it. A lease below the owner's ttl awaits confirmation.
   -- releaser, when given, is recorded as the last full release (r) in the same write.
+  -- Returns the token as written.
   function L.grant(owner, token, lease, releaser)
     local t = string.format('%.0f', token)
     if releaser then
@@ -73,6 +75,7 @@ local function lib()
       redis.call('HSET', KEYS[1], 'o', owner, 't', t, 'h', '1', 'w', '1')
     end
     redis.call('PEXPIRE', KEYS[1], lease)
+    return t
   end
 
   -- hand_off gives a free lock (last token: last) to the first live waiter and tells it so
@@ -105,8 +108,8 @@ local function lib()
         else
           local t = next_token(last)
           local lease = math.min(tonumber(ttl), claim)
-          L.grant(owner, t, lease, releaser)
-          redis.call(pubcmd, channel, owner .. ' ' .. string.format('%.0f', t) .. ' ' .. lease)
+          local written = L.grant(owner, t, lease, releaser)
+          redis.call(pubcmd, channel, owner .. ' ' .. written .. ' ' .. lease)
           return owner, t, lease
         end
       end
