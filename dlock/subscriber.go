@@ -13,6 +13,12 @@ import (
 // idleClose is how long an unused pub/sub connection is kept for the next wait.
 const idleClose = 10 * time.Second
 
+// linger is how long a channel stays subscribed after its last local listener left. A waiter
+// on the same key soon after (a loop that takes the same lock again, a second worker on the
+// same resource) finds the subscription confirmed: it registers before its first look and
+// needs no subscribe, confirmation and second look.
+const linger = time.Second
+
 // subscriber shares one pub/sub connection among all waiters of a Client (one per hash slot
 // on a Cluster, where sharded pub/sub is bound to the slot's node). A channel is subscribed
 // while at least one local waiter listens on it.
@@ -35,6 +41,15 @@ type psConn struct {
 type chanState struct {
 	ready     chan struct{}
 	listeners map[*chanListener]struct{}
+	linger    *time.Timer // set while the channel has no listener; ends the subscription
+}
+
+// keep cancels a pending unsubscribe: the channel has a listener again.
+func (cs *chanState) keep() {
+	if cs.linger != nil {
+		cs.linger.Stop()
+		cs.linger = nil
+	}
 }
 
 type chanListener struct {
@@ -79,6 +94,7 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 		}
 		cs = conn.add(channel)
 	}
+	cs.keep()
 	return s.addLocked(cs, channel, slot, owner), nil
 }
 
@@ -140,6 +156,7 @@ func (s *subscriber) listenReady(channel string, slot int, owner string) listene
 	default:
 		return nil
 	}
+	cs.keep()
 	return s.addLocked(cs, channel, slot, owner)
 }
 
@@ -220,7 +237,8 @@ func (s *subscriber) dispatch(slot int, conn *psConn, msgs <-chan any) {
 func (l *chanListener) C() <-chan notice       { return l.c }
 func (l *chanListener) Ready() <-chan struct{} { return l.ready }
 
-// Close stops the listener; the channel is unsubscribed when its last listener leaves.
+// Close stops the listener; the channel is unsubscribed linger after its last listener left,
+// unless a new one comes first.
 func (l *chanListener) Close() {
 	l.once.Do(func() {
 		s := l.s
@@ -235,20 +253,30 @@ func (l *chanListener) Close() {
 			return
 		}
 		delete(cs.listeners, l)
-		if len(cs.listeners) > 0 {
+		if len(cs.listeners) > 0 || cs.linger != nil {
 			return
 		}
-		delete(conn.chans, l.channel)
-		// Best effort: a failed unsubscribe only costs ignored messages until the idle close.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if s.sharded {
-			_ = conn.ps.SUnsubscribe(ctx, l.channel)
-		} else {
-			_ = conn.ps.Unsubscribe(ctx, l.channel)
-		}
-		cancel()
-		s.idleLocked(l.slot, conn)
+		cs.linger = time.AfterFunc(linger, func() { s.unsubscribe(l.slot, conn, l.channel, cs) })
 	})
+}
+
+// unsubscribe ends the subscription of a channel that stayed without listener for linger.
+func (s *subscriber) unsubscribe(slot int, conn *psConn, channel string, cs *chanState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || conn.chans[channel] != cs || len(cs.listeners) > 0 {
+		return
+	}
+	delete(conn.chans, channel)
+	// Best effort: a failed unsubscribe only costs ignored messages until the idle close.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	if s.sharded {
+		_ = conn.ps.SUnsubscribe(ctx, channel)
+	} else {
+		_ = conn.ps.Unsubscribe(ctx, channel)
+	}
+	cancel()
+	s.idleLocked(slot, conn)
 }
 
 // idleLocked closes conn after idleClose unless a new listener arrives first.
@@ -273,6 +301,9 @@ func (s *subscriber) close() {
 	for slot, conn := range s.conns {
 		if conn.idle != nil {
 			conn.idle.Stop()
+		}
+		for _, cs := range conn.chans {
+			cs.keep()
 		}
 		_ = conn.ps.Close()
 		delete(s.conns, slot)

@@ -56,6 +56,70 @@ func TestWaiterWokenByRelease(t *testing.T) {
 	}
 }
 
+// A waiter that comes back to a key it waited for a moment ago finds the channel still
+// subscribed: it registers before its first look and is woken by the message, one script call
+// in all. A first wait on a key costs two: a look, and a look again once subscribed.
+func TestSecondWaitReusesSubscription(t *testing.T) {
+	srv, rdb, c := setup(t, dlock.WithRetryInterval(5*time.Second))
+	rt := &roundTrips{}
+	wrdb := srv.Client(t)
+	wrdb.AddHook(rt)
+	waiter := newClient(t, wrdb, dlock.WithRetryInterval(5*time.Second))
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	// Scripts loaded, connections dialled, the pub/sub connection open (a wait on another key).
+	warm := key + "-warm"
+	hold, err := c.Acquire(ctx, warm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(50 * time.Millisecond); _ = hold.Release(ctx) }()
+	if lk, err := waiter.Acquire(ctx, warm); err != nil {
+		t.Fatal(err)
+	} else if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{2, 1} {
+		lk, err := c.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.n.Store(0)
+		got := make(chan error, 1)
+		var n int64
+		go func() {
+			l2, err := waiter.Acquire(ctx, key)
+			n = rt.n.Load()
+			if err == nil {
+				err = l2.Release(ctx)
+			}
+			got <- err
+		}()
+		waitQueued(t, rdb, ctx, key)
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Fatalf("wait %d took %d round trips, want %d", i+1, n, want)
+		}
+	}
+}
+
+// waitQueued returns once key has a waiter in line.
+func waitQueued(t *testing.T, rdb *redis.Client, ctx context.Context, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never joined the line")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 func TestWaitCancelled(t *testing.T) {
 	_, rdb, c := setup(t)
 	ctx := testContext(t, 10*time.Second)
