@@ -21,7 +21,7 @@ const linger = time.Second
 
 // subscriber shares one pub/sub connection among all waiters of a Client (one per hash slot
 // on a Cluster, where sharded pub/sub is bound to the slot's node). A channel is subscribed
-// while at least one local waiter listens on it.
+// while at least one local waiter listens on it, and for linger after the last one left.
 type subscriber struct {
 	rdb     redis.UniversalClient
 	sharded bool

@@ -10,8 +10,8 @@
 -- A released lock never has waiters (see the prelude), so taking one costs three calls (HMGET,
 -- HSET, PEXPIRE); a lock whose hash is gone (new key, lease run out) also needs EXISTS on the
 -- line and TIME for its token; skip completed looks for the record in the same EXISTS (or in
--- one of its own, for a released lock). Joining the line marks
--- the lock hash (w), so that its holder's release looks at the line.
+-- one of its own, for a released lock). Joining the line marks the lock hash (w), so that its
+-- holder's release looks at the line.
 local owner = ARGV[1]
 local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'w')
 local holder = cur[1]
@@ -68,7 +68,9 @@ if free then
     if got == owner then
       return {1, t, lease}
     end
-    head = got
+    if not got then
+      head = nil -- nobody live in line: the caller takes the lock
+    end
   end
   if not head or head == member then
     L.dequeue(member)
