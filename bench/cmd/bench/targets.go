@@ -135,7 +135,8 @@ func (r *report) writeLosses(w func(string, ...any)) {
 				"they run %.0f Redis calls inside the server and cost %.0f µs of server time per operation (bare pair: %.0f µs). "+
 				"One request at a time, with the CPUs shared with the client, Redis runs each script with cold caches: "+
 				"the same scripts sent in a pipeline cost the server about a third of that. "+
-				"On the client, each acquisition also makes a random owner id, a lease timer and a watchdog entry.",
+				"On the client, each acquisition also makes a random owner id, a lease timer and a watchdog entry, "+
+				"a small part of the difference: `go test -bench ClientOverhead ./dlock` measures it without Redis.",
 				fmtDur(lg.lat.Quantile(0.5)), fmtDur(floor.lat.Quantile(0.5)), strings.Join(faster, ", "), lg.perOp(lg.counts.RoundTrips),
 				r.scriptFloorNote(), lg.perOp(lg.otherCalls), lg.perOp(lg.serverUsec), floor.perOp(floor.serverUsec)))
 		}
