@@ -101,6 +101,18 @@ func (r *scriptRig) release(owner string) releaseResult {
 	return res
 }
 
+// releaseToNobody releases owner's lock with the line marked but empty: nobody is handed the
+// lock, and the release clears the marker.
+func (r *scriptRig) releaseToNobody(owner string) {
+	r.t.Helper()
+	if rel := r.release(owner); rel.next.owner != "" {
+		r.t.Fatalf("%s's release handed off to %q from an empty line", owner, rel.next.owner)
+	}
+	if w := r.field("w"); w != "0" {
+		r.t.Fatalf("w = %q after a release found the line empty, want 0", w)
+	}
+}
+
 // field reads one field of the lock hash ("" when absent).
 func (r *scriptRig) field(name string) string {
 	r.t.Helper()
@@ -145,12 +157,7 @@ func TestScriptLineMarker(t *testing.T) {
 			t.Fatalf("%s still exists after the line was served: %v", k, r.rdb.ZRange(ctx, k, 0, -1).Val())
 		}
 	}
-	if rel := r.release("live"); rel.next.owner != "" {
-		t.Fatalf("hand-off to %q from an empty line", rel.next.owner)
-	}
-	if w := r.field("w"); w != "0" {
-		t.Fatalf("w = %q after a release found the line empty, want 0", w)
-	}
+	r.releaseToNobody("live")
 
 	// A waiter joins and gives up: the marker stays until the next release clears it.
 	if res := r.acquire("holder2", false); res.status != statusObtained {
@@ -163,12 +170,7 @@ func TestScriptLineMarker(t *testing.T) {
 	if h, err := r.be.leave(ctx, quitter); err != nil || h.owner != "" {
 		t.Fatalf("leave: %+v %v", h, err)
 	}
-	if rel := r.release("holder2"); rel.next.owner != "" {
-		t.Fatalf("hand-off to %q after the only waiter left", rel.next.owner)
-	}
-	if w := r.field("w"); w != "0" {
-		t.Fatalf("w = %q, want 0", w)
-	}
+	r.releaseToNobody("holder2")
 	if res := r.acquire("probe", false); res.status != statusObtained {
 		t.Fatalf("probe after the release: %+v, want obtained", res)
 	}
