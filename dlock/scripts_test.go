@@ -17,13 +17,9 @@ import (
 // waiter, looking first, must get the lock in that very call (the skipping one is told to look
 // again), not be put back in line behind itself; after its release the key is free at once.
 func TestScriptLeaseRunOutSkippingWaiterAhead(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	rig := newScriptRig(t)
+	rdb, be, key, keys := rig.rdb, rig.be, rig.key, rig.keys
 	ctx := context.Background()
-	be := newRedisBackend(rdb, &config{lease: time.Minute, retry: 200 * time.Millisecond, prefix: "lockguard"})
-	t.Cleanup(func() { _ = be.close() })
-	const key = "k"
-	keys, _ := be.keys(key)
 
 	req := func(owner string, wait, skip bool) acquireRequest {
 		return acquireRequest{key: key, owner: owner, ttl: time.Minute, wait: wait, skipCompleted: skip}
