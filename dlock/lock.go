@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -31,6 +32,15 @@ type lease struct {
 	renewAt   time.Time   // next watchdog renewal
 	confirm   bool        // handed off: holds the claim lease until renewed to the full ttl
 	watchedBy *watchdog
+	cause     error   // why the lease ended, once ended
+	bound     []bound // contexts of WithLock that end with the lease
+}
+
+// bound is a context made by WithLock, ended by the lease's end in the same goroutine: no
+// goroutine per WithLock, and a Release returns with every bound context already ended.
+type bound struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
 // Lock is one hold of a distributed lock. The first Acquire of a key makes the outermost hold;
@@ -84,11 +94,12 @@ func (l *lease) end(cause error) bool {
 		l.mu.Unlock()
 		return false
 	}
-	l.ended = true
+	l.ended, l.cause = true, cause
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}
-	wd := l.watchedBy
+	wd, bound := l.watchedBy, l.bound
+	l.bound = nil
 	l.mu.Unlock()
 	if wd != nil {
 		wd.remove(l)
@@ -99,7 +110,28 @@ func (l *lease) end(cause error) bool {
 		l.c.log.Warn("dlock: lock lost", "key_hash", hashKey(l.key), "token", l.token, "cause", cause)
 	}
 	l.cancel(cause)
+	for _, b := range bound {
+		b.cancel(cause)
+	}
 	return true
+}
+
+// bind makes ctx (with its cancel) end when the lease ends, or ends it now if the lease has
+// ended already. Contexts that ended on their own are dropped as the list grows, so a lease
+// held for long by many short requests keeps only the live ones.
+func (l *lease) bind(ctx context.Context, cancel context.CancelCauseFunc) {
+	l.mu.Lock()
+	if l.ended {
+		cause := l.cause
+		l.mu.Unlock()
+		cancel(cause)
+		return
+	}
+	if len(l.bound) == cap(l.bound) {
+		l.bound = slices.DeleteFunc(l.bound, func(b bound) bool { return b.ctx.Err() != nil })
+	}
+	l.bound = append(l.bound, bound{ctx: ctx, cancel: cancel})
+	l.mu.Unlock()
 }
 
 // err is nil while the lease is live, else its cause.
@@ -283,7 +315,7 @@ type held struct {
 // to the work done under the lock, so a lost lock stops that work.
 func WithLock(ctx context.Context, lk *Lock) context.Context {
 	cctx, cancel := context.WithCancelCause(ctx)
-	context.AfterFunc(lk.l.ctx, func() { cancel(context.Cause(lk.l.ctx)) })
+	lk.l.bind(cctx, cancel)
 	prev, _ := ctx.Value(ctxKey{}).(*held)
 	return context.WithValue(cctx, ctxKey{}, &held{lk: lk, next: prev})
 }

@@ -195,3 +195,46 @@ func TestCompletedWhileWaiting(t *testing.T) {
 		t.Fatal("waiter not told about the completion")
 	}
 }
+
+// A WithLock context ends with the lease, in the goroutine that ends it: once Release has
+// returned, the work's context is done with cause ErrNotHeld. A context made after the end is
+// done from the start, and a context that its parent ended does not end the lock.
+func TestWithLockEndsWithRelease(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 5*time.Second)
+	lk, err := c.Acquire(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, cancelParent := context.WithCancel(ctx)
+	early := dlock.WithLock(parent, lk)
+	cancelParent()
+	<-early.Done()
+	if lk.Err() != nil {
+		t.Fatalf("ending a work context ended the lock: %v", lk.Err())
+	}
+	work := dlock.WithLock(ctx, lk)
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-work.Done():
+	default:
+		t.Fatal("the work context was not done when Release returned")
+	}
+	if cause := context.Cause(work); !errors.Is(cause, dlock.ErrNotHeld) {
+		t.Fatalf("cause %v, want ErrNotHeld", cause)
+	}
+	if !errors.Is(context.Cause(early), context.Canceled) {
+		t.Fatalf("the parent-ended context has cause %v, want its parent's", context.Cause(early))
+	}
+	late := dlock.WithLock(ctx, lk)
+	select {
+	case <-late.Done():
+	default:
+		t.Fatal("WithLock of a released lock gave a live context")
+	}
+	if cause := context.Cause(late); !errors.Is(cause, dlock.ErrNotHeld) {
+		t.Fatalf("late cause %v, want ErrNotHeld", cause)
+	}
+}
