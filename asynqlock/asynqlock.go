@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -69,10 +68,6 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 	})
 }
 
-// releaseTimeout bounds the release or Complete that follows a handler, which must happen
-// even when the task's context has ended.
-const releaseTimeout = 5 * time.Second
-
 func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.Handler) (err error) {
 	ctx = m.tel.extract(ctx, task)
 	ctx, span := m.tel.start(ctx, task.Type())
@@ -105,9 +100,7 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 	defer func() {
 		// asynq recovers handler panics; the lock must not stay held (and renewed) after one.
 		if p := recover(); p != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			_ = lk.Release(rctx) // the panic is the error that matters; the lease expires anyway
-			cancel()
+			_ = lk.Release(context.WithoutCancel(ctx)) // the panic is the error that matters
 			span.end(OutcomeError, fmt.Errorf("asynqlock: handler panicked: %v", p))
 			panic(p)
 		}
@@ -155,8 +148,7 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 
 // finish releases the lock after the handler returned herr, or records the done marker.
 func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Lock, herr error, span *taskSpan) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
+	rctx := context.WithoutCancel(ctx) // dlock bounds a release whose context cannot end
 	keyHash := hashKey(lk.Key())
 
 	if lost := lk.Err(); errors.Is(lost, dlock.ErrLockLost) {

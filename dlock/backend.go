@@ -38,6 +38,9 @@ type backend interface {
 	// deliver passes a hand-off this process made to its waiter here, if it is one of ours,
 	// ahead of the message.
 	deliver(key string, h handOff)
+	// bounded reports whether every call ends on its own within the store client's timeouts,
+	// so that a context that cannot end cannot hang it.
+	bounded() bool
 	// close stops background work and waits for it.
 	close() error
 }

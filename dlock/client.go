@@ -82,7 +82,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	}
 	defer func() {
 		p := recover()
-		rctx, cancel := releaseContext(ctx)
+		rctx, cancel := c.releaseContext(ctx)
 		rerr := lk.Release(rctx)
 		cancel()
 		if p != nil {
@@ -121,9 +121,19 @@ func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant)
 	return nil
 }
 
-// releaseContext bounds a release that must happen even though ctx may be cancelled.
-func releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+// releaseBound bounds a release or clean-up that must happen even though the caller's context
+// may have ended, when the store client's own timeouts do not bound it.
+const releaseBound = 5 * time.Second
+
+// releaseContext is ctx without its cancellation, for a release that must happen even though
+// ctx may have ended. The store client's timeouts bound the call; when it has none (go-redis
+// ReadTimeout -1), releaseBound does.
+func (c *Client) releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx = context.WithoutCancel(ctx)
+	if c.be.bounded() {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, releaseBound)
 }
 
 func validKey(key string) error {

@@ -184,7 +184,9 @@ func (lk *Lock) Err() error {
 // the last hold of the lease is released. It returns ErrNotHeld for a hold already released,
 // an error matching ErrLockLost (and ErrNotHeld) when the lease was lost before, and an error
 // matching ErrUnavailable when Redis could not be reached; in that last case the lock is no
-// longer renewed and expires at the end of its lease.
+// longer renewed and expires at the end of its lease. Pass context.WithoutCancel of an ended
+// context to release anyway: a context that cannot end is bounded by the Redis client's
+// timeouts, or by 5 s when it has none (ReadTimeout -1).
 func (lk *Lock) Release(ctx context.Context) error {
 	return lk.release(ctx, releaseRequest{})
 }
@@ -225,6 +227,11 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 	}
 
 	r.key, r.owner, r.entry = l.key, l.owner, lk.entry
+	if ctx.Done() == nil && !l.c.be.bounded() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, releaseBound)
+		defer cancel()
+	}
 	res, err := l.c.be.release(ctx, r)
 	switch {
 	case err != nil:

@@ -55,7 +55,8 @@ type redisBackend struct {
 	// replicas > 0: writes that grant a lock are followed by WAIT replicas replicaWait.
 	replicas    int
 	replicaWait time.Duration
-	ctxTimeouts bool // the client ends calls at their context's deadline itself
+	ctxTimeouts bool          // the client ends calls at their context's deadline itself
+	readTimeout time.Duration // the client's socket read timeout; <= 0: none
 	subs        *subscriber
 
 	mu      sync.Mutex
@@ -77,9 +78,9 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 	}
 	switch c := rdb.(type) {
 	case *redis.Client:
-		b.ctxTimeouts = c.Options().ContextTimeoutEnabled
+		b.ctxTimeouts, b.readTimeout = c.Options().ContextTimeoutEnabled, c.Options().ReadTimeout
 	case *redis.ClusterClient:
-		b.ctxTimeouts = c.Options().ContextTimeoutEnabled
+		b.ctxTimeouts, b.readTimeout = c.Options().ContextTimeoutEnabled, c.Options().ReadTimeout
 	}
 	b.subs = newSubscriber(rdb, cluster)
 	return b
@@ -474,12 +475,16 @@ func (b *redisBackend) close() error {
 
 // call runs fn and returns when it is done or ctx ends, whichever comes first, so a wait
 // respects its context even when the Redis client was built without ContextTimeoutEnabled
-// (then a command blocks for up to ReadTimeout). An abandoned call finishes in the background;
-// close waits for it. With ContextTimeoutEnabled, go-redis itself ends a call at the context's
-// deadline and fn is called directly, saving a goroutine per call; a cancellation without a
-// deadline then ends a call in flight at the client's ReadTimeout at the latest.
+// (then a command blocks for up to ReadTimeout). fn is called directly, without a goroutine,
+// when the call cannot outlive ctx by much: go-redis ends it at ctx's deadline itself
+// (ContextTimeoutEnabled), ctx cannot end, or the client's ReadTimeout ends it before ctx's
+// deadline would. A context cancelled without a deadline (a request whose client went away)
+// then waits for the call in flight, which ends within the client's timeouts. Otherwise fn
+// runs in a goroutine; an abandoned call finishes in the background and close waits for it.
+// A goroutine per call costs tens of microseconds on a small machine, where a Redis round
+// trip costs about a hundred.
 func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error) error {
-	if ctx.Done() == nil || b.ctxTimeouts {
+	if !b.mayOutlive(ctx) {
 		return fn(ctx)
 	}
 	if err := ctx.Err(); err != nil {
@@ -505,11 +510,29 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 	}
 }
 
+// mayOutlive reports whether a call with ctx could go on well past ctx's end.
+func (b *redisBackend) mayOutlive(ctx context.Context) bool {
+	if b.ctxTimeouts || ctx.Done() == nil {
+		return false
+	}
+	if !b.bounded() {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) < b.readTimeout
+}
+
+// bounded reports whether every call ends within the client's timeouts, whatever its context.
+func (b *redisBackend) bounded() bool { return b.readTimeout > 0 }
+
 // escapeTag makes s safe inside a Redis Cluster hash tag: no brace can end or open a tag, so
 // a user-chosen key cannot move its lock to another slot, and distinct keys stay distinct.
 func escapeTag(s string) string {
 	if !strings.ContainsAny(s, "%{}") {
 		return s
 	}
-	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(s)
+	return tagEscaper.Replace(s)
 }
+
+// tagEscaper is built once: building a Replacer costs more than a Redis call's client side.
+var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")

@@ -146,7 +146,7 @@ func (c *Client) waitErr(ctx context.Context, err error) error {
 // The release script only deletes that entry (it is not the last hold: the outer one remains).
 func (c *Client) dropHold(ctx context.Context, key, owner, entry string) {
 	c.wd.background(func() {
-		cctx, cancel := releaseContext(ctx)
+		cctx, cancel := c.releaseContext(ctx)
 		defer cancel()
 		if _, err := c.be.release(cctx, releaseRequest{key: key, owner: owner, entry: entry}); err != nil {
 			c.log.Warn("dlock: removing a hold after a failed re-entry failed; it goes with the lock",
@@ -162,7 +162,7 @@ func (c *Client) cleanup(ctx context.Context, r acquireRequest) {
 		return
 	}
 	c.wd.background(func() {
-		cctx, cancel := releaseContext(ctx)
+		cctx, cancel := c.releaseContext(ctx)
 		defer cancel()
 		h, err := c.be.leave(cctx, r)
 		if err != nil {

@@ -306,6 +306,31 @@ func TestHungRedisRespectsContext(t *testing.T) {
 	}
 }
 
+// A release whose context cannot end (context.WithoutCancel of a finished request) is still
+// bounded when the Redis client has no read timeout: it gives up after 5 s, not when Redis
+// answers again.
+func TestReleaseBoundedWithoutReadTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Client(t, func(o *redis.Options) { o.ReadTimeout, o.MaxRetries = -1, -1 }))
+	ctx := testContext(t, 20*time.Second)
+	lk, err := c.Acquire(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pause = 7 * time.Second
+	if err := srv.Pause(ctx, pause); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = lk.Release(context.WithoutCancel(ctx))
+	if took := time.Since(start); took >= pause-500*time.Millisecond {
+		t.Fatalf("Release returned after %v, when Redis answered again (%v pause): unbounded", took, pause)
+	}
+	if !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("Release on a hung Redis: %v, want ErrUnavailable", err)
+	}
+}
+
 // A waiter that never gets the hand-off message (here: its user may not subscribe) learns of
 // the hand-off from its own fallback look. The lock then holds only the short claim lease, and
 // the waiter must renew it in time (a third into the claim lease), or it expires under the new

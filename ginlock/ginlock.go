@@ -5,17 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/keyfunc"
 )
-
-// releaseTimeout bounds the release or store after the handler. It does not follow the
-// request context: a client that went away must not leave the lock held until its lease ends.
-const releaseTimeout = 5 * time.Second
 
 // retryAfter is the Retry-After value, in seconds, sent with 409 (busy) and 503.
 const retryAfter = "1"
@@ -188,8 +183,9 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 // Release otherwise. Nothing is stored after a panic or once the lock was lost.
 func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock.Lock, rec *recorder,
 	fp [sha256.Size]byte, returned bool) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(origCtx), releaseTimeout)
-	defer cancel()
+	// Not the request's cancellation: a client that went away must not leave the lock held
+	// until its lease ends. dlock bounds a release whose context cannot end.
+	ctx := context.WithoutCancel(origCtx)
 	if lost := lock.Err(); lost != nil {
 		m.cfg.log.WarnContext(origCtx, "ginlock: lock lost while the handler ran; response not stored",
 			"key_hash", hashKey(lock.Key()), "route", c.FullPath(), "error", lost)
