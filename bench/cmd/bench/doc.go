@@ -4,6 +4,7 @@
 //
 //	cd bench && go run ./cmd/bench            # full run, a few minutes
 //	cd bench && go run ./cmd/bench -quick     # short run for development
+//	cd bench && go run ./cmd/bench -only gin  # some scenarios, logged, nothing written
 //
 // Scenarios: uncontended Acquire+Release latency and round trips per operation; one key
 // contended by 1 to 32 goroutines (throughput, hand-off gap, waits, fairness); 64 goroutines

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -77,19 +79,22 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "short run for development (numbers are noisier)")
 	out := flag.String("out", "../docs", "directory for performance.md; plots go to its img/ subdirectory")
+	only := flag.String("only", "", "run only these scenarios (comma-separated: uncontended, contended, many keys, renewal, gin) and write nothing")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, newPlan(*quick), *out); err != nil {
+	if err := run(ctx, newPlan(*quick), *out, *only); err != nil {
 		log.Printf("bench: %v", err)
 		stop()
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, p plan, out string) error {
+// run runs the scenarios and writes the report to out; with only set, it runs just the named
+// scenarios and writes nothing (their log lines are the result).
+func run(ctx context.Context, p plan, out, only string) error {
 	started := time.Now()
 	srv, err := redistest.Launch()
 	if err != nil {
@@ -122,6 +127,9 @@ func run(ctx context.Context, p plan, out string) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if only != "" && !slices.Contains(strings.Split(only, ","), s.name) {
+			continue
+		}
 		log.Printf("scenario: %s", s.name)
 		b.pingCheck(ctx)
 		if err := s.fn(ctx, rep); err != nil {
@@ -130,6 +138,10 @@ func run(ctx context.Context, p plan, out string) error {
 	}
 	b.pingCheck(ctx)
 	rep.ping = &b.pings
+	if only != "" {
+		log.Printf("PING p50 %v; only %q ran, nothing written", rep.pingP50(), only)
+		return nil
+	}
 	rep.machine.loadEnd = loadAvg()
 	rep.elapsed = time.Since(started)
 
