@@ -3,7 +3,10 @@ package dlock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,7 +50,7 @@ func benchSetup(b *testing.B, opts ...dlock.Option) (*redis.Client, *roundTrips,
 
 // BenchmarkAcquireRelease: one uncontended Acquire+Release. The floor is 2 round trips.
 func BenchmarkAcquireRelease(b *testing.B) {
-	_, rt, c := benchSetup(b)
+	rdb, rt, c := benchSetup(b)
 	ctx := context.Background()
 	key := "bench-uncontended"
 	// Load the scripts first, so EVALSHA misses do not count.
@@ -55,6 +58,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		_ = lk.Release(ctx)
 	}
 	rt.n.Store(0)
+	server := startServerTime(b, rdb)
 	b.ResetTimer()
 	for b.Loop() {
 		lk, err := c.Acquire(ctx, key)
@@ -66,6 +70,40 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(rt.n.Load())/float64(b.N), "roundtrips/op")
+	server.report(b, "evalsha", "eval")
+}
+
+// serverTime reads the Redis CPU time of top-level commands from INFO commandstats (a
+// script's time includes the calls it makes), reset when the measurement starts.
+type serverTime struct{ rdb *redis.Client }
+
+func startServerTime(b *testing.B, rdb *redis.Client) serverTime {
+	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return serverTime{rdb: rdb}
+}
+
+// report adds the server microseconds per operation spent in the named commands.
+func (s serverTime) report(b *testing.B, commands ...string) {
+	info, err := s.rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var usec int64
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_")), ":")
+		if !ok || !slices.Contains(commands, name) {
+			continue
+		}
+		for _, field := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(field, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				usec += n
+			}
+		}
+	}
+	b.ReportMetric(float64(usec)/float64(b.N), "server-us/op")
 }
 
 // BenchmarkAcquireReleaseRequestContext is BenchmarkAcquireRelease with a cancellable
@@ -96,6 +134,7 @@ func BenchmarkAcquireReleaseRequestContext(b *testing.B) {
 func BenchmarkBareSetNXDel(b *testing.B) {
 	rdb, _, _ := benchSetup(b)
 	ctx := context.Background()
+	server := startServerTime(b, rdb)
 	for b.Loop() {
 		if err := rdb.SetNX(ctx, "bench-bare", "x", 30*time.Second).Err(); err != nil {
 			b.Fatal(err)
@@ -104,6 +143,7 @@ func BenchmarkBareSetNXDel(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	server.report(b, "set", "del")
 }
 
 // BenchmarkContended: 8 goroutines on one key, 100 us critical section. Reports throughput,
