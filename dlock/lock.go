@@ -317,9 +317,11 @@ type held struct {
 }
 
 // WithLock returns a context that carries lk and ends when ctx ends or the lease of lk ends;
-// its cause is then ErrLockLost (lost) or ErrNotHeld (released). Acquire of the same key on
-// the same Client with this context re-enters lk instead of waiting for it. Give this context
-// to the work done under the lock, so a lost lock stops that work.
+// its cause is then ErrLockLost (lost) or ErrNotHeld (released). It ends in the goroutine that
+// ends the lease, without a goroutine of its own: once the Release that ends the lease has
+// returned, the context is done. Acquire of the same key on the same Client with this context
+// re-enters lk instead of waiting for it. Give this context to the work done under the lock,
+// so a lost lock stops that work.
 func WithLock(ctx context.Context, lk *Lock) context.Context {
 	cctx, cancel := context.WithCancelCause(ctx)
 	lk.l.bind(cctx, cancel)
