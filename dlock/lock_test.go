@@ -138,3 +138,27 @@ func TestBadInput(t *testing.T) {
 		t.Error("Complete with zero retention: no error")
 	}
 }
+
+// Taking and releasing a lock with a request's kind of context (it can be cancelled, it has no
+// deadline), on a go-redis client with default options, starts no goroutine: neither for the
+// Redis calls nor for the context WithLock makes.
+func TestNoGoroutinePerLock(t *testing.T) {
+	_, _, c := setup(t)
+	ctx, cancel := context.WithCancel(testContext(t, 10*time.Second))
+	defer cancel()
+	key := uniqueKey(t)
+	lockOnce := func() {
+		lk, err := c.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		work := dlock.WithLock(ctx, lk)
+		if err := lk.Release(work); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const rounds = 100
+	if n := locktest.GoroutinesStarted(rounds, lockOnce); n > rounds/10 {
+		t.Fatalf("%d goroutines started for %d Acquire+WithLock+Release, want none", n, rounds)
+	}
+}

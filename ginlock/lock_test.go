@@ -259,3 +259,23 @@ func TestTTLEndsTheHandlerContext(t *testing.T) {
 		t.Fatalf("detail %q, want the lost-lock explanation", p.Detail)
 	}
 }
+
+// A locked request with replay, whose context can end as every server request's can, starts
+// no goroutine on a go-redis client with default options: not for the acquire, not for the
+// store, not for the lock's context.
+func TestNoGoroutinePerRequest(t *testing.T) {
+	e := setup(t)
+	r := router()
+	r.POST("/pay", ginlock.New(e.locks, payKey), func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"ok": true}) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pay := func() {
+		if w := do(r, req{path: "/pay", body: `{"amount":1}`, user: "u1", key: idemKey(t), ctx: ctx}); w.Code != http.StatusCreated {
+			t.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+	const requests = 100
+	if n := locktest.GoroutinesStarted(requests, pay); n > requests/10 {
+		t.Fatalf("%d goroutines started for %d requests, want none", n, requests)
+	}
+}

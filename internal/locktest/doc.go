@@ -1,5 +1,6 @@
-// Package locktest reads dlock's locks as Redis holds them, for tests that must check what a
-// lock left behind. It is the one place outside dlock's Redis layer that knows the layout of a
-// lock hash (o = owner, empty once released; h = hold count), so a layout change is mended
-// here once.
+// Package locktest holds helpers shared by the tests of several packages. It reads dlock's
+// locks as Redis holds them, for tests that must check what a lock left behind: it is the one
+// place outside dlock's Redis layer that knows the layout of a lock hash (o = owner, empty
+// once released; h = hold count), so a layout change is mended here once. And it counts the
+// goroutines a code path starts, for tests that a hot path starts none.
 package locktest
