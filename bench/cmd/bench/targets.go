@@ -117,6 +117,20 @@ func (r *report) scriptFloorNote() string {
 		fmtDur(sf.lat.Quantile(0.5)), float64(sf.lat.Quantile(0.5))/float64(floor.lat.Quantile(0.5)))
 }
 
+// perCallNote prices one call made inside lockguard's scripts: its server time over that of
+// the empty-script reference, per inner call, against a bare SET or DEL sent by the client.
+func (r *report) perCallNote(lg, floor *uncontendedResult) string {
+	sf := r.findUnc(scriptFloorName)
+	calls := lg.perOp(lg.otherCalls)
+	if sf == nil || calls == 0 {
+		return ""
+	}
+	per := (lg.perOp(lg.serverUsec) - sf.perOp(sf.serverUsec)) / calls
+	return fmt.Sprintf("That is about %.1f µs per call made inside a script (the call and the Lua around it), "+
+		"on top of %.1f µs to start each of the two scripts, where a SET or DEL sent by the client costs %.1f µs. ",
+		per, sf.perOp(sf.serverUsec)/2, floor.perOp(floor.serverUsec)/2)
+}
+
 // writeLosses lists, from the numbers, where lockguard does worse than a peer.
 func (r *report) writeLosses(w func(string, ...any)) {
 	w("## Where we lose\n\n")
@@ -132,13 +146,13 @@ func (r *report) writeLosses(w func(string, ...any)) {
 			lines = append(lines, fmt.Sprintf("**Uncontended latency.** lockguard's Acquire+Release p50 is %s against %s for the bare SET NX + DEL pair; "+
 				"peers that are faster: %s. The round trips are the same (%.0f); the difference is work. %s"+
 				"lockguard's two scripts check the wait line and keep the fencing token, the hold count and the retry tombstone: "+
-				"they run %.0f Redis calls inside the server and cost %.0f µs of server time per operation (bare pair: %.0f µs). "+
+				"they run %.0f Redis calls inside the server and cost %.0f µs of server time per operation (bare pair: %.0f µs). %s"+
 				"One request at a time, with the CPUs shared with the client, Redis runs each script with cold caches: "+
 				"the same scripts sent in a pipeline cost the server about a third of that. "+
 				"On the client, each acquisition also makes a random owner id, a lease timer and a watchdog entry, "+
 				"a small part of the difference: `go test -bench ClientOverhead ./dlock` measures it without Redis.",
 				fmtDur(lg.lat.Quantile(0.5)), fmtDur(floor.lat.Quantile(0.5)), strings.Join(faster, ", "), lg.perOp(lg.counts.RoundTrips),
-				r.scriptFloorNote(), lg.perOp(lg.otherCalls), lg.perOp(lg.serverUsec), floor.perOp(floor.serverUsec)))
+				r.scriptFloorNote(), lg.perOp(lg.otherCalls), lg.perOp(lg.serverUsec), floor.perOp(floor.serverUsec), r.perCallNote(lg, floor)))
 		}
 	}
 	for _, hold := range r.plan.holds {
