@@ -2,7 +2,6 @@ package dlock_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -30,14 +29,7 @@ func TestClose(t *testing.T) {
 	default:
 		t.Fatal("a lock held at Close is still reported held: nothing renews it any more")
 	}
-	select { // the WithLock context ends with the lease, before Close returns
-	case <-work.Done():
-	default:
-		t.Fatal("the lock's context did not end with the lease")
-	}
-	if !errors.Is(context.Cause(work), dlock.ErrLockLost) {
-		t.Fatalf("cause %v, want ErrLockLost", context.Cause(work))
-	}
+	wantDone(t, work, dlock.ErrLockLost, "the lock's context when Close returned")
 	if _, err := c.Acquire(ctx, uniqueKey(t)); !errors.Is(err, dlock.ErrClosed) {
 		t.Fatalf("Acquire after Close: %v", err)
 	}

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -48,4 +49,17 @@ func testContext(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// wantDone fails the test unless ctx is done already, with a cause matching want.
+func wantDone(t testing.TB, ctx context.Context, want error, what string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	default:
+		t.Fatalf("%s: not done", what)
+	}
+	if cause := context.Cause(ctx); !errors.Is(cause, want) {
+		t.Fatalf("%s: cause %v, want %v", what, cause, want)
+	}
 }

@@ -217,24 +217,7 @@ func TestWithLockEndsWithRelease(t *testing.T) {
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-work.Done():
-	default:
-		t.Fatal("the work context was not done when Release returned")
-	}
-	if cause := context.Cause(work); !errors.Is(cause, dlock.ErrNotHeld) {
-		t.Fatalf("cause %v, want ErrNotHeld", cause)
-	}
-	if !errors.Is(context.Cause(early), context.Canceled) {
-		t.Fatalf("the parent-ended context has cause %v, want its parent's", context.Cause(early))
-	}
-	late := dlock.WithLock(ctx, lk)
-	select {
-	case <-late.Done():
-	default:
-		t.Fatal("WithLock of a released lock gave a live context")
-	}
-	if cause := context.Cause(late); !errors.Is(cause, dlock.ErrNotHeld) {
-		t.Fatalf("late cause %v, want ErrNotHeld", cause)
-	}
+	wantDone(t, work, dlock.ErrNotHeld, "the work context when Release returned")
+	wantDone(t, early, context.Canceled, "the context its parent ended")
+	wantDone(t, dlock.WithLock(ctx, lk), dlock.ErrNotHeld, "WithLock of a released lock")
 }
