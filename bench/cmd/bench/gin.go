@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -14,9 +16,18 @@ import (
 
 // Routes of the Gin scenario.
 const (
-	routeBare   = "bare"
-	routeLocked = "ginlock"
+	routeBare     = "bare"
+	routeLocked   = "ginlock"
+	routeLockOnly = "ginlock, lock only"
 )
+
+// routeRank orders the routes in the table.
+func routeRank(route string) int {
+	return map[string]int{routeBare: 0, routeLocked: 1, routeLockOnly: 2}[route]
+}
+
+// routePaths maps each route of the Gin scenario to its path.
+var routePaths = map[string]string{routeBare: "/bare", routeLocked: "/locked", routeLockOnly: "/lockonly"}
 
 // ginResult is the Gin middleware scenario: a trivial route bare and behind ginlock.
 type ginResult struct {
@@ -83,7 +94,7 @@ func (b *bench) gin(ctx context.Context, rep *report) error {
 	g := &ginResult{lowConns: b.plan.ginLowConns, highConns: b.plan.ginHighConns}
 	rep.gin = g
 	g.available = true
-	mw, rt, settings, stop := ginlockRoute(b)
+	mw, lockOnly, rt, settings, stop := ginlockRoute(b)
 	defer stop()
 	g.settings = settings
 
@@ -92,6 +103,7 @@ func (b *bench) gin(ctx context.Context, rep *report) error {
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
 	r.POST("/bare", ok)
 	r.POST("/locked", mw, ok)
+	r.POST("/lockonly", lockOnly, ok)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -105,23 +117,17 @@ func (b *bench) gin(ctx context.Context, rep *report) error {
 	}()
 	base := "http://" + ln.Addr().String()
 
-	// Warm up both routes (connections, scripts), then measure in alternating order.
-	for _, path := range []string{"/bare", "/locked"} {
-		if _, err := runLoadgen(ctx, base+path, 2, 300*time.Millisecond, 2000); err != nil {
+	// Warm up every route (connections, scripts), then measure in rotating order.
+	routes := []string{routeBare, routeLocked, routeLockOnly}
+	for _, route := range routes {
+		if _, err := runLoadgen(ctx, base+routePaths[route], 2, 300*time.Millisecond, 2000); err != nil {
 			return err
 		}
 	}
-	routes := []string{routeBare, routeLocked}
-	i := 0
-	for _, conns := range []int{g.lowConns, g.highConns} {
-		for _, route := range rotate(routes, i) {
-			i++
-			path := "/bare"
-			if route == routeLocked {
-				path = "/locked"
-			}
+	for level, conns := range []int{g.lowConns, g.highConns} {
+		for _, route := range rotate(routes, level) {
 			c0 := rt.Snapshot()
-			res, err := runLoadgen(ctx, base+path, conns, b.plan.ginDur, b.plan.ginMaxReqs)
+			res, err := runLoadgen(ctx, base+routePaths[route], conns, b.plan.ginDur, b.plan.ginMaxReqs)
 			if err != nil {
 				return err
 			}
@@ -130,13 +136,13 @@ func (b *bench) gin(ctx context.Context, rep *report) error {
 				row.p50 = res.Latency[(n-1)/2]
 				row.p99 = res.Latency[min(n-1, int(0.99*float64(n)+0.999999)-1)]
 			}
-			if route == routeLocked && res.Requests > 0 {
+			if route != routeBare && res.Requests > 0 {
 				row.roundTrips = float64(rt.Snapshot().Sub(c0).RoundTrips) / float64(res.Requests)
 			}
 			if res.Errors > 0 {
 				log.Printf("  %s: statuses %v", route, res.Statuses)
 			}
-			log.Printf("  %-8s conns=%-2d %7.0f req/s p50 %v p99 %v errors %d", route, conns, row.rate(), row.p50, row.p99, row.errors)
+			log.Printf("  %-18s conns=%-2d %7.0f req/s p50 %v p99 %v errors %d", route, conns, row.rate(), row.p50, row.p99, row.errors)
 			g.rows = append(g.rows, row)
 		}
 	}
@@ -158,13 +164,21 @@ func (r *report) writeGin(w func(string, ...any)) {
 	w("each connection POSTs with a unique `Idempotency-Key`, waits for the answer, and sends the next, for %s or at most %d requests. ", fmtDur(r.plan.ginDur), r.plan.ginMaxReqs)
 	w("Low load is %d connection, high load %d.\n\n", g.lowConns, g.highConns)
 	w("| route | connections | requests/s | p50 | p99 | Redis round trips/request | errors |\n|---|---|---|---|---|---|---|\n")
-	for _, row := range g.rows {
+	rows := slices.Clone(g.rows) // measured in rotating order; shown by load, then route
+	slices.SortStableFunc(rows, func(a, b *ginRow) int {
+		return cmp.Or(cmp.Compare(a.conns, b.conns), cmp.Compare(routeRank(a.route), routeRank(b.route)))
+	})
+	for _, row := range rows {
 		rt := "-"
-		if row.route == routeLocked {
+		if row.route != routeBare {
 			rt = fmt.Sprintf("%.2f", row.roundTrips)
 		}
 		w("| %s | %d | %.0f | %s | %s | %s | %d |\n", row.route, row.conns, row.rate(), fmtDur(row.p50), fmtDur(row.p99), rt, row.errors)
 	}
-	w("\nAdded p99 latency at low load: %s, that is %.1f PING round trips (p50 PING %s).\n\n",
+	w("\nAdded p99 latency at low load: %s, that is %.1f PING round trips (p50 PING %s).",
 		fmtDur(g.addedP99()), float64(g.addedP99())/float64(r.pingP50()), fmtDur(r.pingP50()))
+	if b, lo := g.row(routeBare, g.lowConns), g.row(routeLockOnly, g.lowConns); b != nil && lo != nil {
+		w(" Lock only, without replay: %s at p50 and %s at p99.", fmtDur(lo.p50-b.p50), fmtDur(lo.p99-b.p99))
+	}
+	w("\n\n")
 }
