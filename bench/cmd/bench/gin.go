@@ -180,7 +180,7 @@ func (r *report) writeGin(w func(string, ...any)) {
 	if b, lo := g.row(routeBare, g.lowConns), g.row(routeLockOnly, g.lowConns); b != nil && lo != nil {
 		w(" Lock only, without replay: %s at p50 and %s at p99.", fmtDur(lo.p50-b.p50), fmtDur(lo.p99-b.p99))
 	}
-	w(" With replay the middleware reads the request body for its fingerprint, and net/http then starts its "+
+	w(" With replay the middleware reads the request body for its fingerprint, and net/http then starts its " +
 		"background read of the connection, as it does for any handler that reads its body; the bare route never reads it.")
 	w("\n\n")
 }
