@@ -17,6 +17,7 @@ func (nopBackend) acquire(ctx context.Context, r acquireRequest) (acquireResult,
 func (nopBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
 	return releaseResult{owned: true}, nil
 }
+func (nopBackend) bounded() bool                          { return true }
 func (nopBackend) close() error                           { return nil }
 func (nopBackend) listenReady(key, owner string) listener { return nil }
 
