@@ -126,11 +126,16 @@ func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant)
 const releaseBound = 5 * time.Second
 
 // releaseContext is ctx without its cancellation, for a release that must happen even though
-// ctx may have ended. The store client's timeouts bound the call; when it has none (go-redis
-// ReadTimeout -1), releaseBound does.
+// ctx may have ended, bounded as boundedContext bounds it.
 func (c *Client) releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx = context.WithoutCancel(ctx)
-	if c.be.bounded() {
+	return c.boundedContext(context.WithoutCancel(ctx))
+}
+
+// boundedContext gives a context that cannot end the deadline releaseBound when the store
+// client's own timeouts do not bound its calls (go-redis ReadTimeout -1); any other context is
+// returned as it is.
+func (c *Client) boundedContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Done() != nil || c.be.bounded() {
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, releaseBound)

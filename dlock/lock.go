@@ -227,11 +227,8 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 	}
 
 	r.key, r.owner, r.entry = l.key, l.owner, lk.entry
-	if ctx.Done() == nil && !l.c.be.bounded() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, releaseBound)
-		defer cancel()
-	}
+	ctx, cancel := l.c.boundedContext(ctx)
+	defer cancel()
 	res, err := l.c.be.release(ctx, r)
 	switch {
 	case err != nil:
