@@ -82,13 +82,7 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 	}
 	cs := conn.chans[channel]
 	if cs == nil {
-		var err error
-		if s.sharded {
-			err = conn.ps.SSubscribe(ctx, channel)
-		} else {
-			err = conn.ps.Subscribe(ctx, channel)
-		}
-		if err != nil {
+		if err := s.subscribe(ctx, conn.ps, channel); err != nil {
 			s.idleLocked(slot, conn)
 			return nil, unavailable("subscribe", err)
 		}
@@ -105,15 +99,12 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 // confirmed).
 func (s *subscriber) connectLocked(ctx context.Context, channel string, slot int, owner string) (listener, error) {
 	var ps *redis.PubSub
-	var err error
 	if s.sharded {
 		ps = s.rdb.SSubscribe(ctx)
-		err = ps.SSubscribe(ctx, channel)
 	} else {
 		ps = s.rdb.Subscribe(ctx)
-		err = ps.Subscribe(ctx, channel)
 	}
-	if err != nil {
+	if err := s.subscribe(ctx, ps, channel); err != nil {
 		_ = ps.Close()
 		return nil, unavailable("subscribe", err)
 	}
@@ -123,6 +114,14 @@ func (s *subscriber) connectLocked(ctx context.Context, channel string, slot int
 	s.wg.Add(1)
 	go s.dispatch(slot, conn, ps.ChannelWithSubscriptions(redis.WithChannelSize(256)))
 	return s.addLocked(cs, channel, slot, owner), nil
+}
+
+// subscribe sends the (sharded, on a Cluster) subscription of channel on ps.
+func (s *subscriber) subscribe(ctx context.Context, ps *redis.PubSub, channel string) error {
+	if s.sharded {
+		return ps.SSubscribe(ctx, channel)
+	}
+	return ps.Subscribe(ctx, channel)
 }
 
 // add records a channel subscribed on conn, not yet confirmed.
@@ -270,11 +269,11 @@ func (s *subscriber) unsubscribe(slot int, conn *psConn, channel string, cs *cha
 	delete(conn.chans, channel)
 	// Best effort: a failed unsubscribe only costs ignored messages until the idle close.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	unsubscribe := conn.ps.Unsubscribe
 	if s.sharded {
-		_ = conn.ps.SUnsubscribe(ctx, channel)
-	} else {
-		_ = conn.ps.Unsubscribe(ctx, channel)
+		unsubscribe = conn.ps.SUnsubscribe
 	}
+	_ = unsubscribe(ctx, channel)
 	cancel()
 	s.idleLocked(slot, conn)
 }
