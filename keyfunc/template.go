@@ -10,9 +10,10 @@ import (
 // Template builds a Func from a template such as "pay:{user}:{order}", where each
 // {placeholder} names an entry of parts (names: letters, digits, '_', '.', '-'). A part not
 // Named takes its placeholder's name. Literal text may hold printable ASCII except
-// '{', '}', '%' and space; two placeholders must be separated by literal text holding at
-// least one byte that never occurs in a rendered value, i.e. anything but letters, digits,
-// '-', '.', '_', '#' and '~' (':' and '/' are typical), so neighbouring values cannot run
+// '{', '}', '%', '#' (it starts the hash that ends a key over its bound, which a literal must
+// not be able to imitate) and space; two placeholders must be separated by literal text
+// holding at least one byte that never occurs in a rendered value, i.e. anything but letters,
+// digits, '-', '.', '_' and '~' (':' and '/' are typical), so neighbouring values cannot run
 // into each other. A placeholder may repeat. Errors (wrapping ErrTemplate): an empty
 // template, bad literal text, an unclosed or empty placeholder, a placeholder without a
 // part, a part without a placeholder, a zero Part, neighbouring placeholders.
@@ -58,7 +59,7 @@ func Template(tmpl string, parts map[string]Part, opts ...Option) (*Func, error)
 			i += end
 		case c == '}':
 			return fail("'}' outside a placeholder at byte %d", i)
-		case c == '%' || c <= ' ' || c > '~':
+		case c == '%' || c == '#' || c <= ' ' || c > '~':
 			return fail("literal byte %q at byte %d is not allowed", c, i)
 		default:
 			lit.WriteByte(c)

@@ -49,7 +49,10 @@ func TestTemplateErrors(t *testing.T) {
 		{"nested brace", "k:{{a}}", a},
 		{"adjacent", "{a}{b}", ab},
 		{"weak separator", "{a}-{b}", ab},
-		{"marker separator", "{a}#~{b}", ab},
+		{"marker separator", "{a}~{b}", ab},
+		// '#' starts the hash of a key over its bound: a literal one followed by a value that
+		// spells a hash would give a short key the same text as a truncated one.
+		{"hash literal", "k:#{a}", a},
 		{"percent literal", "100%:{a}", a},
 		{"space literal", "k {a}", a},
 		{"non-ASCII literal", "é:{a}", a},
