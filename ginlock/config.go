@@ -67,8 +67,15 @@ func newConfig(opts []Option) config {
 	return cfg
 }
 
+// defaultStorable stores what a retry would get again: 2xx, 3xx (a 303 after a POST points
+// at what it made) and 4xx, except the 4xx that say "not now" (408, 409, 425, 429): replaying
+// those would keep the key from ever running.
 func defaultStorable(status int) bool {
-	return (status >= 200 && status < 300) || (status >= 400 && status < 500)
+	switch status {
+	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status >= 200 && status < 500
 }
 
 // WithWait makes a request wait up to d for a busy lock, and for the request's own context
@@ -105,8 +112,10 @@ func WithoutReplay() Option {
 }
 
 // WithReplayStatuses sets which statuses of the handler's response are stored for replay.
-// Default: every 2xx and 4xx; 5xx (and 1xx, 3xx) are not stored, so the client's retry runs
-// the handler again. A nil f restores the default.
+// Default: every 2xx, 3xx and 4xx except 408, 409, 425 and 429 (transient: the retry they
+// invite must run); 5xx are not stored either, so the client's retry runs the handler again.
+// A nil f restores the default. Whatever f says, a response that a ginlock middleware
+// nested inside this one made itself (400, 409, 413, 422, 503) is never stored.
 func WithReplayStatuses(f func(status int) bool) Option {
 	return optionFunc(func(c *config) {
 		c.storable = f
@@ -117,8 +126,8 @@ func WithReplayStatuses(f func(status int) bool) Option {
 }
 
 // WithReplayHeaders sets the response headers stored and replayed with the status and body,
-// replacing the default list: Content-Type and Location. Idempotent-Replayed is always added
-// to a replay.
+// replacing the default list: Content-Type and Location. Content-Encoding is always stored
+// (the body is kept as it went out), and Idempotent-Replayed is always added to a replay.
 func WithReplayHeaders(names ...string) Option {
 	return optionFunc(func(c *config) {
 		c.headers = make([]string, len(names))

@@ -21,9 +21,10 @@
 //
 // When the key uses the Idempotency-Key header (or with WithReplay), the response of a
 // completed request is stored under the key, scoped by method and route, and replayed to
-// later requests with the same key and the same fingerprint (method, route and canonical
-// body), marked Idempotent-Replayed: true; a request with the same key and another
-// fingerprint gets 422. Storing uses dlock's completion records: the lookup is part of the
+// later requests with the same key and the same fingerprint (method, route, path, query and
+// canonical body), marked Idempotent-Replayed: true; a request with the same key and another
+// fingerprint gets 422. When the Idempotency-Key part is Optional, a request without the
+// header is locked but neither replayed nor stored. Storing uses dlock's completion records: the lookup is part of the
 // acquisition and the store is part of the release, so a request costs two Redis round trips
 // with or without replay, and a duplicate arriving while the response is being stored can
 // never run the handler again.
@@ -31,8 +32,12 @@
 // # Guarantees
 //
 //   - The handler runs only while the lock is held; with replay, it runs at most once per
-//     key and retention, except after a response that is not stored (5xx by default, a body
-//     over WithMaxReplayBody, a panic, a lost lock), whose retry runs it again.
+//     key and retention, except after a response that is not stored (5xx and the transient
+//     408, 409, 425 and 429 by default, a body over WithMaxReplayBody, a panic, a lost lock),
+//     whose retry runs it again. What is stored is what the handler wrote, even if the
+//     client went away before receiving it. A response that a ginlock middleware nested
+//     inside another one made itself (its 409 for a busy account lock, say) is never stored
+//     by the outer one.
 //   - The handler's context (c.Request.Context()) carries the lock: a nested dlock Acquire
 //     of the same key on the same Client re-enters it, and the context is cancelled with
 //     cause dlock.ErrLockLost when the lock is lost.

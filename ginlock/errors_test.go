@@ -3,8 +3,10 @@ package ginlock_test
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,6 +61,61 @@ func TestRejections(t *testing.T) {
 		t.Fatalf("rejected requests touched Redis: %v", keys)
 	}
 }
+
+// Where the request body cannot be had, the status says whose fault it is: over a cap that
+// an earlier middleware set (http.MaxBytesReader) is 413, a body cut short is 400, and a From
+// function that fails is the server's 500, logged, with nothing of its error in the answer.
+func TestKeyFailureStatuses(t *testing.T) {
+	e := setup(t)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	tenant := keyfunc.From("tenant", func(keyfunc.Source) (string, error) {
+		return "", errors.New("pq: connection refused to 10.0.0.5:5432")
+	})
+	var runs atomic.Int32
+	h := func(c *gin.Context) { runs.Add(1); c.Status(http.StatusCreated) }
+	limit := func(c *gin.Context) {
+		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 8)
+		c.Next()
+	}
+	r := router()
+	r.POST("/limited", limit, ginlock.New(e.locks, payKey), h)
+	r.POST("/payments", ginlock.New(e.locks, payKey), h)
+	r.POST("/tenant", ginlock.New(e.locks, keyfunc.Join(tenant), ginlock.WithLogger(log)), h)
+
+	p := wantProblem(t, do(r, req{path: "/limited", body: `{"amount":100000}`, user: "alice", key: "k1"}),
+		http.StatusRequestEntityTooLarge)
+	if !strings.Contains(p.Detail, "8 bytes") {
+		t.Fatalf("413 detail %q, want the limit of 8 bytes", p.Detail)
+	}
+
+	cut := httptest.NewRequest(http.MethodPost, "/payments", io.MultiReader(strings.NewReader(`{"amo`),
+		failingReader{err: io.ErrUnexpectedEOF}))
+	cut.Header.Set("X-User", "alice")
+	cut.Header.Set(keyfunc.IdempotencyKeyHeader, "k2")
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, cut)
+	if p := wantProblem(t, w, http.StatusBadRequest); !strings.Contains(p.Detail, "could not be read") {
+		t.Fatalf("400 detail %q", p.Detail)
+	}
+
+	w = do(r, req{path: "/tenant"})
+	p = wantProblem(t, w, http.StatusInternalServerError)
+	if strings.Contains(w.Body.String(), "10.0.0.5") || p.Part != "" {
+		t.Fatalf("500 body %s: it must not show the function's error nor blame a request part", w.Body)
+	}
+	if !strings.Contains(logs.String(), "10.0.0.5") {
+		t.Fatalf("the function's error was not logged: %q", logs.String())
+	}
+	if runs.Load() != 0 {
+		t.Fatalf("handler ran %d times", runs.Load())
+	}
+}
+
+// failingReader is a reader that fails with err.
+type failingReader struct{ err error }
+
+func (r failingReader) Read([]byte) (int, error) { return 0, r.err }
 
 func TestRedisDown(t *testing.T) {
 	e := setupRedis(t, func(o *redis.Options) { o.MaxRetries = -1 }) // fail fast once stopped

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/gin-gonic/gin"
 
@@ -19,15 +20,19 @@ const retryAfter = "1"
 // by key from each request, on client. Use it per route or per group. Responses it makes
 // itself, and the cause given to the error handler:
 //
-//   - 400: the key could not be derived (*keyfunc.PartError naming the part);
-//   - 413: the body is over WithMaxBody (matches keyfunc.ErrBodyTooLarge);
+//   - 400: the key could not be derived (*keyfunc.PartError naming the part and wrapping
+//     keyfunc.ErrMissing, ErrInvalid, ErrTooLong or ErrMalformedBody), or the body could not
+//     be read to its end;
+//   - 413: the body is over WithMaxBody, or over an http.MaxBytesReader limit set before the
+//     middleware (matches keyfunc.ErrBodyTooLarge);
 //   - 409 with Retry-After: the lock is busy (matches dlock.ErrNotObtained);
-//   - 409: the lock was lost while the handler ran and the handler had written nothing
-//     (matches dlock.ErrLockLost); nothing is stored;
+//   - 409 with Retry-After: the lock was lost while the handler ran and the handler had
+//     written nothing (matches dlock.ErrLockLost); nothing is stored;
 //   - 422: replay only, the key's stored response belongs to another fingerprint (ErrMismatch);
 //   - 503 with Retry-After: the lock store is unavailable or the client closed
 //     (dlock.ErrUnavailable, dlock.ErrClosed), unless WithFailOpen;
-//   - 500: a key dlock refuses (dlock.ErrInvalidKey) or an unreadable record (ErrBadRecord).
+//   - 500: a keyfunc.From function failed (logged; the answer says nothing of its error), a
+//     key dlock refuses (dlock.ErrInvalidKey) or an unreadable record (ErrBadRecord).
 //
 // With replay on, the key is scoped by method and route on top of the key function's own
 // scope; add the caller (keyfunc.ContextValue in Func.Scope) so that users never share keys.
@@ -42,27 +47,42 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFun
 	cfg := newConfig(opts)
 	m := &middleware{client: client, key: key, cfg: cfg, tel: newTelemetry(&cfg)}
 	m.replay = cfg.replay == replayOn || cfg.replay == replayAuto && key.UsesIdempotencyKey()
+	m.needsIdemKey = cfg.replay == replayAuto
+	if cfg.ttl > 0 {
+		m.lockOpts = append(m.lockOpts, dlock.WithTTL(cfg.ttl))
+	}
 	if m.replay {
 		m.key = key.Scope(keyfunc.Meta(keyfunc.MetaMethod).Named("method"),
 			keyfunc.Meta(keyfunc.MetaRoute).Named("route").Optional())
-		m.acquireOpts = append(m.acquireOpts, dlock.SkipCompleted())
-	}
-	if cfg.ttl > 0 {
-		m.acquireOpts = append(m.acquireOpts, dlock.WithTTL(cfg.ttl))
+		m.replayOpts = append(append(m.replayOpts, m.lockOpts...), dlock.SkipCompleted())
+		// The body is stored as it went out: without its coding it cannot be read back.
+		m.headers = cfg.headers
+		if !slices.Contains(m.headers, "Content-Encoding") {
+			m.headers = append(slices.Clip(m.headers), "Content-Encoding")
+		}
 	}
 	return m.handle
 }
 
 type middleware struct {
-	client      *dlock.Client
-	key         *keyfunc.Func
-	cfg         config
-	tel         *telemetry
-	replay      bool
-	acquireOpts []dlock.AcquireOption
+	client *dlock.Client
+	key    *keyfunc.Func
+	cfg    config
+	tel    *telemetry
+	replay bool
+	// needsIdemKey: replay is on because the key uses the Idempotency-Key header, so a request
+	// without one (an Optional part) is locked but not replayed.
+	needsIdemKey bool
+	lockOpts     []dlock.AcquireOption
+	replayOpts   []dlock.AcquireOption // lockOpts and SkipCompleted
+	headers      []string              // replayed headers: cfg.headers and Content-Encoding
 }
 
 type lockKey struct{}
+
+// rejectedKey marks a request that a ginlock middleware answered itself (400, 409, ...):
+// an enclosing one must not store that answer, since the handler never ran.
+type rejectedKey struct{}
 
 // FromContext returns the lock the innermost ginlock middleware holds for the current request,
 // for its fencing token (dlock.Lock.Token) or key. It is nil outside the handler chain of a
@@ -83,8 +103,12 @@ func (m *middleware) handle(c *gin.Context) {
 
 	src := NewSource(c, m.cfg.maxBody)
 	key, err := m.key.Key(src)
+	replaying := m.replay
+	if replaying && m.needsIdemKey {
+		_, replaying = src.Value(keyfunc.KindHeader, keyfunc.IdempotencyKeyHeader)
+	}
 	var fp [sha256.Size]byte
-	if err == nil && m.replay {
+	if err == nil && replaying {
 		fp, err = fingerprint(c, src)
 	}
 	if err != nil {
@@ -92,6 +116,7 @@ func (m *middleware) handle(c *gin.Context) {
 		outcome := OutcomeInvalid
 		if status == http.StatusInternalServerError {
 			outcome = OutcomeError
+			m.cfg.log.ErrorContext(origCtx, "ginlock: key function failed", "route", route, "error", err)
 		}
 		m.tel.end(origCtx, nil, route, outcome, false, nil)
 		m.reject(c, status, err)
@@ -99,12 +124,12 @@ func (m *middleware) handle(c *gin.Context) {
 	}
 
 	ctx, span := m.tel.start(origCtx, route, key)
-	lock, err := m.acquire(ctx, key)
+	lock, err := m.acquire(ctx, key, replaying)
 	var done *dlock.CompletedError
 	switch {
 	case err == nil:
 		m.tel.end(ctx, span, route, OutcomeObtained, false, nil)
-		m.run(c, origCtx, lock, fp)
+		m.run(c, origCtx, lock, replaying, fp)
 	case errors.As(err, &done):
 		rec, derr := unmarshalRecord(done.Record)
 		switch {
@@ -139,29 +164,35 @@ func (m *middleware) handle(c *gin.Context) {
 	}
 }
 
-// acquire takes the lock at once, or waits up to WithWait and the request's context.
-func (m *middleware) acquire(ctx context.Context, key string) (*dlock.Lock, error) {
+// acquire takes the lock at once, or waits up to WithWait and the request's context. With
+// replay, a stored response for the key comes back instead (*dlock.CompletedError).
+func (m *middleware) acquire(ctx context.Context, key string, replay bool) (*dlock.Lock, error) {
+	opts := m.lockOpts
+	if replay {
+		opts = m.replayOpts
+	}
 	if m.cfg.wait <= 0 {
-		return m.client.TryAcquire(ctx, key, m.acquireOpts...)
+		return m.client.TryAcquire(ctx, key, opts...)
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.wait)
 	defer cancel()
-	return m.client.Acquire(ctx, key, m.acquireOpts...)
+	return m.client.Acquire(ctx, key, opts...)
 }
 
 // reject renders an error response through the error handler and stops the chain.
 func (m *middleware) reject(c *gin.Context, status int, err error) {
+	c.Set(rejectedKey{}, true)
 	m.cfg.onError(c, status, err)
 	c.Abort()
 }
 
 // run calls the rest of the chain under lock, then stores the response or releases the lock,
 // also when the chain panics (the panic goes on to gin's recovery, nothing is stored).
-func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lock, fp [sha256.Size]byte) {
+func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lock, replay bool, fp [sha256.Size]byte) {
 	origWriter := c.Writer
 	var rec *recorder
-	if m.replay {
-		rec = newRecorder(origWriter, m.cfg.headers, m.cfg.maxReplayBody)
+	if replay {
+		rec = newRecorder(origWriter, m.headers, m.cfg.maxReplayBody)
 		c.Writer = rec
 	}
 	outer := FromContext(c) // a lock of an enclosing ginlock, if any
@@ -180,7 +211,8 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 }
 
 // finish ends the hold: Complete (store and release in one step) for a storable response,
-// Release otherwise. Nothing is stored after a panic or once the lock was lost.
+// Release otherwise. Nothing is stored after a panic, once the lock was lost, or when a
+// ginlock middleware inside this one answered the request itself.
 func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock.Lock, rec *recorder,
 	fp [sha256.Size]byte, returned bool) {
 	// Not the request's cancellation: a client that went away must not leave the lock held
@@ -190,11 +222,12 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 		m.cfg.log.WarnContext(origCtx, "ginlock: lock lost while the handler ran; response not stored",
 			"key_hash", hashKey(lock.Key()), "route", c.FullPath(), "error", lost)
 		if returned && !c.Writer.Written() {
+			c.Header("Retry-After", retryAfter) // nothing was stored: a retry runs it again
 			m.reject(c, http.StatusConflict, lost)
 		}
 		return
 	}
-	if returned && rec != nil && m.cfg.storable(rec.ResponseWriter.Status()) {
+	if returned && rec != nil && !c.GetBool(rejectedKey{}) && m.cfg.storable(rec.ResponseWriter.Status()) {
 		if r, ok := rec.record(); ok {
 			r.fingerprint = fp
 			if err := lock.Complete(ctx, r.marshal(), m.cfg.retention); err != nil {

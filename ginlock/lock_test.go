@@ -175,8 +175,8 @@ func TestLostLock(t *testing.T) {
 	done := make(chan problemBody)
 	go func() {
 		w := do(r, q)
-		if w.Code != http.StatusConflict {
-			t.Errorf("lost lock: %d %s, want 409", w.Code, w.Body)
+		if w.Code != http.StatusConflict || w.Header().Get("Retry-After") == "" {
+			t.Errorf("lost lock: %d %s (Retry-After %q), want 409 with Retry-After", w.Code, w.Body, w.Header().Get("Retry-After"))
 		}
 		done <- problemBody{Status: w.Code}
 	}()

@@ -18,7 +18,7 @@ const ProblemContentType = "application/problem+json"
 
 var (
 	// ErrMismatch is the cause of a 422: the key already has a stored response for a request
-	// with another fingerprint (method, route or body).
+	// with another fingerprint (method, route, path, query or body).
 	ErrMismatch = errors.New("ginlock: key reused for a different request")
 
 	// ErrBadRecord is the cause of a 500 when a stored response cannot be decoded (written by
@@ -42,7 +42,7 @@ type problem struct {
 func DefaultErrorHandler(c *gin.Context, status int, err error) {
 	p := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail(status, err)}
 	var pe *keyfunc.PartError
-	if errors.As(err, &pe) {
+	if status < http.StatusInternalServerError && errors.As(err, &pe) {
 		p.Part = pe.Part
 	}
 	body, _ := json.Marshal(p) // cannot fail: strings and an int
@@ -50,17 +50,23 @@ func DefaultErrorHandler(c *gin.Context, status int, err error) {
 	c.Abort()
 }
 
-// detail is the client-facing explanation of err.
+// detail is the client-facing explanation of err. A server-side failure (500) is never
+// explained: its error may hold internal details (a From function's database error).
 func detail(status int, err error) string {
 	var (
-		pe  *keyfunc.PartError
-		big *bodyTooLargeError
+		pe     *keyfunc.PartError
+		big    *bodyTooLargeError
+		unread *bodyReadError
 	)
 	switch {
+	case status == http.StatusInternalServerError:
+		return "The request could not be processed."
 	case errors.As(err, &big) && errors.As(err, &pe):
 		return fmt.Sprintf("Request part %q: the body is larger than the limit of %d bytes.", pe.Part, big.limit)
 	case errors.As(err, &big):
 		return fmt.Sprintf("The request body is larger than the limit of %d bytes.", big.limit)
+	case errors.As(err, &unread):
+		return "The request body could not be read to its end."
 	case errors.As(err, &pe):
 		msg := "invalid value"
 		if pe.Err != nil {
@@ -72,7 +78,7 @@ func detail(status int, err error) string {
 	case errors.Is(err, dlock.ErrNotObtained):
 		return "Another request with the same key is in progress; retry later."
 	case errors.Is(err, ErrMismatch):
-		return "This key was already used for a request with a different method, route or body."
+		return "This key was already used for a request with a different method, path, query or body."
 	case status == http.StatusServiceUnavailable:
 		return "The lock service is unavailable; retry later."
 	}
@@ -80,13 +86,16 @@ func detail(status int, err error) string {
 }
 
 // keyStatus maps an error of keyfunc.Func.Key to its status: 413 for a body over the cap,
-// 400 for anything else the request got wrong, 500 for an error outside any part.
+// 400 for what the request got wrong (keyfunc's sentinels, a body that could not be read),
+// 500 for anything else: a From function's own error, an error outside any part.
 func keyStatus(err error) int {
-	var pe *keyfunc.PartError
+	var unread *bodyReadError
 	switch {
 	case errors.Is(err, keyfunc.ErrBodyTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.As(err, &pe):
+	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid),
+		errors.Is(err, keyfunc.ErrTooLong), errors.Is(err, keyfunc.ErrMalformedBody),
+		errors.As(err, &unread):
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError

@@ -17,15 +17,17 @@ const ReplayedHeader = "Idempotent-Replayed"
 // bytes otherwise), so the fingerprint ignores what JSON does not mean: key order, spacing.
 var bodyHash = keyfunc.Join(keyfunc.BodyHash())
 
-// fingerprint identifies what a request asks for: SHA-256 of method, route and canonical
-// body. A replay is served only to a request with the same fingerprint.
+// fingerprint identifies what a request asks for: SHA-256 of method, route, path (so path
+// parameters count), query (parameters sorted by name) and canonical body. A replay is
+// served only to a request with the same fingerprint.
 func fingerprint(c *gin.Context, src *Source) ([sha256.Size]byte, error) {
 	body, err := bodyHash.Key(src)
 	if err != nil {
 		return [sha256.Size]byte{}, err
 	}
+	u := c.Request.URL
 	h := sha256.New()
-	for _, s := range []string{c.Request.Method, c.FullPath(), body} {
+	for _, s := range []string{c.Request.Method, c.FullPath(), u.EscapedPath(), u.Query().Encode(), body} {
 		h.Write(binary.AppendUvarint(nil, uint64(len(s))))
 		h.Write([]byte(s))
 	}

@@ -3,6 +3,7 @@ package ginlock
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -115,6 +116,13 @@ func (e *bodyTooLargeError) Error() string {
 
 func (e *bodyTooLargeError) Is(target error) bool { return target == keyfunc.ErrBodyTooLarge }
 
+// bodyReadError reports a body that could not be read to its end (the client went away or
+// sent less than it announced): the request's fault, answered 400.
+type bodyReadError struct{ err error }
+
+func (e *bodyReadError) Error() string { return "ginlock: read request body: " + e.err.Error() }
+func (e *bodyReadError) Unwrap() error { return e.err }
+
 // Body reads the request body once. Over the cap it returns an error matching
 // keyfunc.ErrBodyTooLarge and leaves the body consumed (the middleware answers 413).
 func (s *Source) Body() ([]byte, error) {
@@ -144,8 +152,12 @@ func (s *Source) readBody() ([]byte, error) {
 	if req.Body != nil && req.Body != http.NoBody {
 		var err error
 		b, err = io.ReadAll(io.LimitReader(req.Body, s.maxBody+1))
-		if err != nil {
-			return nil, fmt.Errorf("ginlock: read request body: %w", err)
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe): // a smaller cap set before us, by http.MaxBytesReader
+			return nil, &bodyTooLargeError{mbe.Limit}
+		case err != nil:
+			return nil, &bodyReadError{err}
 		}
 		if int64(len(b)) > s.maxBody {
 			return nil, &bodyTooLargeError{s.maxBody}

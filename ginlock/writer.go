@@ -10,7 +10,9 @@ import (
 
 // recorder passes every write through to the client and keeps a copy of what the replay
 // record needs: the chosen headers as they were when the response started, and the body up
-// to a cap. A response over the cap or a hijacked connection is not stored.
+// to a cap. A response over the cap or a hijacked connection is not stored. The copy is what
+// the handler wrote, whether or not the client received it: a client that went away
+// mid-response gets the whole response when it retries.
 type recorder struct {
 	gin.ResponseWriter
 	names    []string // header names to keep, canonical
@@ -61,16 +63,14 @@ func (w *recorder) WriteHeaderNow() {
 
 func (w *recorder) Write(p []byte) (int, error) {
 	w.started()
-	n, err := w.ResponseWriter.Write(p)
-	w.keep(p[:n])
-	return n, err
+	w.keep(p)
+	return w.ResponseWriter.Write(p)
 }
 
 func (w *recorder) WriteString(s string) (int, error) {
 	w.started()
-	n, err := w.ResponseWriter.WriteString(s)
-	w.keep([]byte(s[:n]))
-	return n, err
+	w.keep([]byte(s))
+	return w.ResponseWriter.WriteString(s)
 }
 
 func (w *recorder) Flush() {
