@@ -54,7 +54,7 @@ func newMiddleware(client *dlock.Client, key *keyfunc.Func, opts []Option) *midd
 	}
 	cfg := newConfig(opts)
 	if cfg.slot > 0 {
-		key = key.Scope(Slot(cfg.slot))
+		key = key.Scope(SlotIn(cfg.slot, cfg.slotLoc))
 	}
 	return &middleware{client: client, key: key, cfg: cfg, tel: newTelemetry(&cfg), log: cfg.logger}
 }
@@ -67,6 +67,9 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 		return m.process(ctx, task, next)
 	})
 }
+
+// errHandlerPanicked ends the span of a task whose handler panicked; asynq reports the panic.
+var errHandlerPanicked = errors.New("asynqlock: handler panicked")
 
 func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.Handler) (err error) {
 	ctx = m.tel.extract(ctx, task)
@@ -97,15 +100,17 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 	if !src.slot.IsZero() {
 		hctx = context.WithValue(hctx, slotKey{}, src.slot)
 	}
+	returned := false
 	defer func() {
 		// asynq recovers handler panics; the lock must not stay held (and renewed) after one.
-		if p := recover(); p != nil {
+		// The panic is not recovered here, so asynq reports it from where it was raised.
+		if !returned {
 			_ = lk.Release(context.WithoutCancel(ctx)) // the panic is the error that matters
-			span.end(OutcomeError, fmt.Errorf("asynqlock: handler panicked: %v", p))
-			panic(p)
+			span.end(OutcomeError, errHandlerPanicked)
 		}
 	}()
 	herr := next.ProcessTask(hctx, task)
+	returned = true
 	return m.finish(ctx, task, lk, herr, span)
 }
 
@@ -132,7 +137,9 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 		m.log.DebugContext(ctx, "asynqlock: task already done, acknowledged without running",
 			"task_type", task.Type(), "key_hash", hashKey(key), "done_by", string(ce.Record))
 		return nil, OutcomeReplayed, nil
-	case errors.Is(err, dlock.ErrNotObtained):
+	case errors.Is(err, dlock.ErrNotObtained), errors.Is(err, dlock.ErrLockLost):
+		// Lost while obtained: a hand-off that ran out before it could be confirmed. The task
+		// never held the lock, so it is busy like any other, not failed.
 		locked := &ErrLocked{Key: key, RetryIn: m.cfg.retryIn}
 		if m.cfg.busy != nil {
 			return nil, OutcomeBusy, fmt.Errorf("%w: %w", locked, m.cfg.busy)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockguard/lockguard/asynqlock"
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/locktest"
 	"github.com/lockguard/lockguard/internal/redistest"
 	"github.com/lockguard/lockguard/keyfunc"
 )
@@ -149,4 +150,52 @@ func TestPanicReleasesLock(t *testing.T) {
 		t.Fatalf("lock still held after the panic: %v", err)
 	}
 	_ = lk.Release(t.Context())
+}
+
+// asynq reports a recovered panic as "panic [file:line]: value", from where it was raised.
+// The middleware frees the lock without recovering the panic, so the archived task still
+// names the handler's line, not the middleware's.
+func TestPanicKeepsItsLocation(t *testing.T) {
+	e := newEnv(t)
+	mux := asynq.NewServeMux()
+	boom := func(context.Context, *asynq.Task) error { panic("boom") } // this file
+	mux.Handle("account:deduct", asynqlock.Wrap(asynq.HandlerFunc(boom), e.lock, taskAccountKey))
+	e.startServer(t, serverConfig(2), mux)
+	c, insp := e.client(t), e.inspector(t)
+	info := e.enqueue(t, c, asynq.NewTask("account:deduct", []byte(`{"account_id":"1"}`)), asynq.MaxRetry(0))
+	got := taskState(t, insp, info, asynq.TaskStateArchived, 10*time.Second)
+	if !strings.Contains(got.LastErr, "failure_test.go") || !strings.Contains(got.LastErr, "boom") {
+		t.Fatalf("archived with %q, want the panic located in the handler's file", got.LastErr)
+	}
+	lk, err := e.lock.TryAcquire(t.Context(), "account:1")
+	if err != nil {
+		t.Fatalf("lock still held after the panic: %v", err)
+	}
+	_ = lk.Release(t.Context())
+}
+
+// A lock lost while it was being obtained (here: a re-entry into a lock whose key is gone)
+// means the task never held it: busy, retried without using a retry, not a failure.
+func TestLockLostWhileObtainingIsBusy(t *testing.T) {
+	e := newEnv(t)
+	var ran atomic.Int64
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran.Add(1); return nil }),
+		e.lock, taskAccountKey)
+	outer, err := e.lock.TryAcquire(t.Context(), "account:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = outer.Release(t.Context()) }()
+	keys := locktest.Held(t, e.rdb)
+	if len(keys) != 1 {
+		t.Fatalf("lock keys %v, want one", keys)
+	}
+	if err := e.rdb.Del(t.Context(), keys[0]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = h.ProcessTask(dlock.WithLock(t.Context(), outer), asynq.NewTask("account:deduct", []byte(`{"account_id":"1"}`)))
+	var locked *asynqlock.ErrLocked
+	if !errors.As(err, &locked) || asynqlock.IsFailure(err) || ran.Load() != 0 {
+		t.Fatalf("err = %v, handler ran %d times: want *ErrLocked, not a failure, no run", err, ran.Load())
+	}
 }

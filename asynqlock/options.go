@@ -32,6 +32,7 @@ type config struct {
 	done           bool
 	retention      time.Duration
 	slot           time.Duration
+	slotLoc        *time.Location
 	maxPayload     int
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider

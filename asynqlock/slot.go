@@ -19,13 +19,28 @@ const HeaderScheduledAt = "lockguard-scheduled-at"
 // malformed value fails with keyfunc.ErrInvalid) and otherwise the time the middleware
 // started processing the task, because asynq gives a handler neither the enqueue time nor
 // the scheduler's tick. Slots are aligned to the zero time, so every replica computes the
-// same slots for the same period. It panics if period is not positive.
+// same slots for the same period: slots of whole days are UTC days (see SlotIn for a
+// schedule in another time zone). It panics if period is not positive.
 //
-// Caveat of processing time: a task processed in a later slot than it was scheduled for (a
-// backlog, a retry) counts for the slot it runs in. Keep queue latency well below the period.
-func Slot(period time.Duration) keyfunc.Part {
+// Caveats of processing time: a task processed in a later slot than it was scheduled for (a
+// backlog, a retry) counts for the slot it runs in, so keep queue latency well below the
+// period. A task processed less than slotLead (min(period/10, 1 s)) before a slot boundary
+// counts for the slot that starts there: a tick on the boundary, read on a worker whose
+// clock is a little behind the scheduler's, must not fall into the slot before it.
+func Slot(period time.Duration) keyfunc.Part { return SlotIn(period, time.UTC) }
+
+// SlotIn is Slot for a schedule kept in loc (asynq.SchedulerOpts.Location, CRON_TZ): slots
+// of whole days (period a multiple of 24 h) start at loc's midnights, counted in calendar
+// days, so a daily job at 01:30 local time gets a slot per day across daylight saving
+// changes (UTC days would put two of its runs in one slot once a year, and skip one).
+// Shorter periods are the same as Slot's. A nil loc means UTC. It panics if period is not
+// positive.
+func SlotIn(period time.Duration, loc *time.Location) keyfunc.Part {
 	if period <= 0 {
 		panic("asynqlock: Slot period must be positive")
+	}
+	if loc == nil {
+		loc = time.UTC
 	}
 	return keyfunc.From("slot", func(src keyfunc.Source) (string, error) {
 		s, _ := src.(*source)
@@ -35,17 +50,42 @@ func Slot(period time.Duration) keyfunc.Part {
 			if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
 				return "", fmt.Errorf("header %s: %w", HeaderScheduledAt, keyfunc.ErrInvalid)
 			}
-		} else if s != nil {
-			t = s.now
 		} else {
 			t = time.Now()
+			if s != nil {
+				t = s.now
+			}
+			t = t.Add(slotLead(period))
 		}
-		start := t.Truncate(period)
+		start := slotStart(t, period, loc)
 		if s != nil {
 			s.slot = start
 		}
 		return start.UTC().Format("20060102T150405.999999999Z"), nil
 	})
+}
+
+// slotLead is how early before a slot boundary processing time already counts for the slot
+// that starts there.
+func slotLead(period time.Duration) time.Duration { return min(period/10, time.Second) }
+
+// daysToUnixEpoch is the number of days from the zero time (Monday, January 1 of year 1),
+// to which time.Truncate aligns, to January 1, 1970.
+const daysToUnixEpoch = 719162
+
+// slotStart is the start of the slot of period holding t: t truncated to period, or, for
+// whole days in a zone other than UTC, the midnight in loc that starts t's run of
+// period/24h calendar days, aligned like time.Truncate (weeks start on Mondays).
+func slotStart(t time.Time, period time.Duration, loc *time.Location) time.Time {
+	const day = 24 * time.Hour
+	if loc == time.UTC || period%day != 0 {
+		return t.Truncate(period)
+	}
+	y, m, d := t.In(loc).Date()
+	days := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix()/86400 + daysToUnixEpoch
+	days -= days % int64(period/day)
+	y, m, d = time.Unix((days-daysToUnixEpoch)*86400, 0).UTC().Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, loc)
 }
 
 // OncePerSlot makes the task run once per schedule slot of period across every server that
@@ -60,6 +100,12 @@ func OncePerSlot(period time.Duration) Option {
 		panic("asynqlock: OncePerSlot period must be positive")
 	}
 	return optionFunc(func(c *config) { c.slot = period })
+}
+
+// WithSlotLocation makes OncePerSlot count slots of whole days in loc, the time zone the
+// schedule is kept in (see SlotIn). Default UTC, asynq.Scheduler's default Location.
+func WithSlotLocation(loc *time.Location) Option {
+	return optionFunc(func(c *config) { c.slotLoc = loc })
 }
 
 // SlotStart returns the start of the slot a Slot part computed for the task running with

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"sync"
-
+	"sync/atomic"
 	"testing"
 	"time"
+	_ "time/tzdata" // the zones of the slot tests, on machines without a zoneinfo database
 
 	"github.com/hibiken/asynq"
 
@@ -121,5 +122,84 @@ func TestSlotPart(t *testing.T) {
 	}
 	if _, perr := time.Parse("20060102T150405.999999999Z", got); perr != nil {
 		t.Fatalf("slot %q does not parse: %v", got, perr)
+	}
+}
+
+// A daily job at 01:30 Berlin time, across both daylight saving changes of 2026. In UTC days
+// the runs of Sunday 29 March (00:30 UTC) and Monday 30 March (23:30 UTC on Sunday) share a
+// slot and Monday's would be skipped; with WithSlotLocation every local day has its own slot,
+// starting at local midnight.
+func TestDailySlotsFollowTheScheduleZone(t *testing.T) {
+	e := newEnv(t)
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	var starts []time.Time
+	job := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		runs.Add(1)
+		s, _ := asynqlock.SlotStart(ctx)
+		starts = append(starts, s)
+		return nil
+	})
+	key := keyfunc.Join(keyfunc.Meta(keyfunc.MetaTaskType))
+	local := asynqlock.Wrap(job, e.lock, key, asynqlock.OncePerSlot(24*time.Hour), asynqlock.WithSlotLocation(berlin))
+	var days []time.Time
+	for _, d := range []int{28, 29, 30, 31} {
+		days = append(days, time.Date(2026, 3, d, 1, 30, 0, 0, berlin))
+	}
+	for _, d := range []int{24, 25, 26} {
+		days = append(days, time.Date(2026, 10, d, 1, 30, 0, 0, berlin))
+	}
+	tick := func(h asynq.Handler, at time.Time) {
+		task := asynq.NewTaskWithHeaders("report:daily", nil,
+			map[string]string{asynqlock.HeaderScheduledAt: at.Format(time.RFC3339Nano)})
+		if err := h.ProcessTask(t.Context(), task); err != nil {
+			t.Fatalf("%s: %v", at, err)
+		}
+	}
+	for _, d := range days {
+		tick(local, d)
+		tick(local, d.Add(time.Minute)) // a second replica's tick: acknowledged, not run
+	}
+	if runs.Load() != int64(len(days)) {
+		t.Fatalf("%d runs for %d days, want one per day", runs.Load(), len(days))
+	}
+	for i, s := range starts {
+		if want := time.Date(days[i].Year(), days[i].Month(), days[i].Day(), 0, 0, 0, 0, berlin); !s.Equal(want) {
+			t.Fatalf("slot of %s starts %s, want local midnight %s", days[i], s, want)
+		}
+	}
+
+	// The same ticks in UTC days (the default) put 29 and 30 March in one slot.
+	runs.Store(0)
+	utc := asynqlock.Wrap(job, e.lock, keyfunc.Join(keyfunc.Const("utc")), asynqlock.OncePerSlot(24*time.Hour))
+	for _, d := range days[:4] {
+		tick(utc, d)
+	}
+	if runs.Load() != 3 {
+		t.Fatalf("UTC days: %d runs for the 4 March ticks, want 3 (the case WithSlotLocation is for)", runs.Load())
+	}
+}
+
+// Weekly slots in a zone start on Monday at local midnight, like time.Truncate's weeks.
+func TestWeeklySlotInZone(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := keyfunc.Join(asynqlock.SlotIn(7*24*time.Hour, ny))
+	for _, at := range []time.Time{
+		time.Date(2026, 11, 2, 0, 0, 0, 0, ny),   // Monday
+		time.Date(2026, 11, 5, 12, 0, 0, 0, ny),  // Thursday
+		time.Date(2026, 11, 8, 23, 59, 0, 0, ny), // Sunday night
+	} {
+		task := asynq.NewTaskWithHeaders("w", nil, map[string]string{asynqlock.HeaderScheduledAt: at.Format(time.RFC3339)})
+		got, err := key.Key(asynqlock.NewSource(t.Context(), task))
+		want := time.Date(2026, 11, 2, 0, 0, 0, 0, ny).UTC().Format("20060102T150405Z")
+		if err != nil || got != want {
+			t.Fatalf("week of %s: %q, %v; want %q (Monday 2 November, local midnight)", at, got, err, want)
+		}
 	}
 }
