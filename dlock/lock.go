@@ -23,6 +23,11 @@ type lease struct {
 	ctx    context.Context // ends when the lease ends: released (ErrNotHeld) or lost (ErrLockLost)
 	cancel context.CancelCauseFunc
 
+	// renewing is held while a renewal of this lease is in flight (a Refresh, or the
+	// watchdog's batch), so that no two cross: the lease must end on our clock no later than
+	// in Redis, and with two renewals in flight we could not tell which one Redis applied last.
+	renewing sync.Mutex
+
 	mu        sync.Mutex
 	holds     int
 	entries   int64
@@ -246,12 +251,17 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 			l.c.be.deliver(l.key, res.next)
 		}
 		l.end(ErrNotHeld)
+	case last && wd != nil:
+		// Not the last hold after all: a re-entry's script ran before ours. That hold is
+		// live, so the lease must be renewed again.
+		wd.add(l)
 	}
 	return nil
 }
 
 // Refresh sets the remaining lease to ttl, for locks acquired WithTTL that need more time.
-// A watchdog-renewed lock keeps being renewed with the Client lease afterwards. It returns
+// A watchdog-renewed lock keeps being renewed with the Client lease afterwards, the next time
+// within a third of ttl; the watchdog does not renew it while a Refresh is in flight. It returns
 // ErrNotHeld for a released hold, an error matching ErrLockLost when the lock was lost (also
 // when someone else owns it now: their lock is not touched), ErrUnavailable wrapping Redis
 // errors, and an error for a ttl below 1 ms.
@@ -263,6 +273,8 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l := lk.l
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
 	sent := time.Now()
 	ok, err := l.c.be.renew(ctx, []renewal{{key: l.key, owner: l.owner, ttl: ttl}})
 	if err != nil {
@@ -274,7 +286,17 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l.extended(sent, ttl)
+	if wd := l.watcher(); wd != nil {
+		wd.renewBy(l, sent.Add(ttl/3)) // a short ttl must not run out before the next renewal
+	}
 	return nil
+}
+
+// watcher is the watchdog renewing l, or nil.
+func (l *lease) watcher() *watchdog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.watchedBy
 }
 
 // reenter adds a hold to the lease for a nested Acquire.

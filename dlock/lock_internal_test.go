@@ -2,8 +2,15 @@ package dlock
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/lockguard/lockguard/internal/redistest"
 )
 
 // A lease held for long while many short requests each bind a context keeps only the live
@@ -63,5 +70,162 @@ func TestCallNeedsGoroutine(t *testing.T) {
 		if got := b.mayOutlive(tc.ctx); got != tc.want {
 			t.Errorf("%s: mayOutlive = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// slowStartMeter stands in for the acquiring goroutine being descheduled (preemption, GC assist,
+// contention on watchdog.mu) between lease.start and watchdog.add in Client.acquire: the
+// dlock.locks.held +1 that acquire records between the two takes a few milliseconds.
+type slowStartMeter struct{ noop.MeterProvider }
+
+func (slowStartMeter) Meter(string, ...metric.MeterOption) metric.Meter { return slowMeter{} }
+
+type slowMeter struct{ noop.Meter }
+
+func (slowMeter) Int64UpDownCounter(string, ...metric.Int64UpDownCounterOption) (metric.Int64UpDownCounter, error) {
+	return slowCounter{}, nil
+}
+
+type slowCounter struct{ noop.Int64UpDownCounter }
+
+func (slowCounter) Add(_ context.Context, v int64, _ ...metric.AddOption) {
+	if v > 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A lease whose local deadline has passed when acquire arms it (the acquire call took longer
+// than the lease: Redis stalled) ends from its expiry timer, possibly before watchdog.add.
+// The watchdog must not take such a lease in: nothing would take it out again, and it would
+// renew the key for an owner that was told the lock is lost, for as long as the process lives.
+func TestEndedLeaseIsNotWatched(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c := New(rdb, WithLease(300*time.Millisecond), WithMeterProvider(slowStartMeter{}))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := t.Name()
+	lockKey := "lockguard:{" + key + "}:lock"
+
+	// Redis stalls for longer than the lease while the acquisition is in flight.
+	if err := srv.Pause(ctx, 400*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-lk.Done()
+	if !errors.Is(lk.Err(), ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", lk.Err())
+	}
+	// The holder was told the lock is lost, and its Release does nothing in Redis.
+	if err := lk.Release(ctx); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("Release = %v", err)
+	}
+	// Ten leases later the key should have expired long ago.
+	time.Sleep(3 * time.Second)
+	owner, _ := rdb.HGet(ctx, lockKey, "o").Result()
+	pttl, _ := rdb.PTTL(ctx, lockKey).Result()
+	c.wd.mu.Lock()
+	_, watched := c.wd.leases[lk.l]
+	c.wd.mu.Unlock()
+	if owner == lk.l.owner {
+		other := New(rdb)
+		defer other.Close()
+		_, terr := other.TryAcquire(ctx, key)
+		t.Fatalf("lease ended with ErrLockLost and was released, yet 3s (10 leases) later Redis still "+
+			"holds the lock for its owner (pttl %v, still in watchdog: %v); another client gets: %v",
+			pttl, watched, terr)
+	}
+}
+
+// refreshMark marks the context of the Refresh that gateBackend holds back.
+type refreshMark struct{}
+
+// gateBackend holds a marked Refresh's renewal until released and counts the renewals sent
+// for the lock while that one is in flight.
+type gateBackend struct {
+	backend
+	refreshIn, open chan struct{}
+	inRefresh          atomic.Bool
+	crossing           atomic.Int64
+}
+
+func (b *gateBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) {
+	if ctx.Value(refreshMark{}) == nil {
+		if b.inRefresh.Load() {
+			b.crossing.Add(1)
+		}
+		return b.backend.renew(ctx, rs)
+	}
+	b.inRefresh.Store(true)
+	defer b.inRefresh.Store(false)
+	close(b.refreshIn)
+	<-b.open
+	return b.backend.renew(ctx, rs)
+}
+
+// While a Refresh is in flight the watchdog does not renew the same lock: with two renewals
+// crossing, the lease on our clock would follow the reply that came last, not the renewal
+// Redis applied last, and could outlast the lock in Redis. The watchdog takes it up again
+// after the Refresh.
+func TestRefreshAndWatchdogDoNotCross(t *testing.T) {
+	srv := redistest.Start(t)
+	c := New(srv.Client(t), WithLease(900*time.Millisecond)) // renewed every 300 ms
+	defer c.Close()
+	gb := &gateBackend{backend: c.be, refreshIn: make(chan struct{}), open: make(chan struct{})}
+	c.be = gb
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lk, err := c.Acquire(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Release(ctx) }()
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- lk.Refresh(context.WithValue(ctx, refreshMark{}, true), 2*time.Second) }()
+	<-gb.refreshIn
+	time.Sleep(450 * time.Millisecond) // the watchdog's renewal comes due meanwhile
+	close(gb.open)
+	if err := <-refreshed; err != nil {
+		t.Fatal(err)
+	}
+	if n := gb.crossing.Load(); n != 0 {
+		t.Fatalf("the watchdog sent %d renewals while the Refresh was in flight", n)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the 900 ms lease: renewals resumed
+	if err := lk.Err(); err != nil {
+		t.Fatalf("lock lost after the Refresh: %v", err)
+	}
+}
+
+// Refresh with a ttl shorter than the time to the watchdog's next renewal moves that renewal
+// up, so a watchdog-renewed lock is not lost to its own Refresh.
+func TestRefreshShortTTLMovesRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c := New(rdb, WithLease(3*time.Second)) // renewed every second
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lk, err := c.Acquire(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Release(ctx) }()
+	if err := lk.Refresh(ctx, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // 3 refreshed leases, well before the second is up
+	other := New(rdb)
+	defer other.Close()
+	if lk2, err := other.TryAcquire(ctx, t.Name()); err == nil {
+		_ = lk2.Release(ctx)
+		t.Fatalf("another client took the lock 600 ms after Refresh(200ms); holder Err: %v", lk.Err())
+	}
+	if err := lk.Err(); err != nil {
+		t.Fatalf("lock lost after Refresh(200ms): %v", err)
 	}
 }

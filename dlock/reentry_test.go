@@ -221,3 +221,52 @@ func TestWithLockEndsWithRelease(t *testing.T) {
 	wantDone(t, early, context.Canceled, "the context its parent ended")
 	wantDone(t, dlock.WithLock(ctx, lk), dlock.ErrNotHeld, "WithLock of a released lock")
 }
+
+// A re-entry (from a goroutine given the WithLock context) whose script reaches Redis just
+// before the outer Release's: the server answers "1 hold left", so the release was not the
+// last one after all. The re-entrant hold must go on being renewed, not be lost at the end of
+// the lease while its holder is alive and Redis is healthy.
+func TestReentryDuringReleaseKeepsRenewal(t *testing.T) {
+	srv, rdb, c := setup(t, dlock.WithLease(600*time.Millisecond)) // renewed every 200ms
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx := dlock.WithLock(ctx, outer)
+
+	// Hold the server for a moment so that the re-entry's script, sent first, runs first.
+	if err := srv.Pause(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		lk  *dlock.Lock
+		err error
+	}
+	inner := make(chan res, 1)
+	go func() {
+		lk, err := c.Acquire(lctx, key) // re-entry
+		inner <- res{lk, err}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := outer.Release(ctx); err != nil {
+		t.Fatalf("outer Release: %v", err)
+	}
+	r := <-inner
+	if r.err != nil {
+		t.Fatalf("re-entry: %v", r.err)
+	}
+	if n := r.lk.HoldCount(); n != 1 {
+		t.Fatalf("HoldCount = %d, want 1", n)
+	}
+	// The server agrees that one hold is left.
+	if h, _ := rdb.HGet(ctx, "lockguard:{"+key+"}:lock", "h").Result(); h != "1" {
+		t.Fatalf("holds in Redis = %q, want 1", h)
+	}
+	time.Sleep(1500 * time.Millisecond) // 2.5 leases
+	if err := r.lk.Err(); err != nil {
+		t.Fatalf("re-entrant hold lost while held, Redis healthy: %v", err)
+	}
+	_ = r.lk.Release(ctx)
+}

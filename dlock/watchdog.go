@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -31,16 +32,11 @@ func newWatchdog(c *Client) *watchdog {
 // releaser's short claim lease until its new holder renews it to its own: that renewal comes
 // a third of the way into the claim lease, so a hold shorter than that (the common case under
 // contention) costs no renewal at all.
+//
+// A lease that has ended already (its local expiry fired before add, after a slow acquire) is
+// not watched: nothing would ever take it out again. Checking and inserting under w.mu, and
+// setting watchedBy with it, orders add against end, which reads watchedBy to remove.
 func (w *watchdog) add(l *lease) {
-	l.mu.Lock()
-	l.watchedBy = w
-	now := time.Now()
-	l.renewAt = now.Add(l.ttl / 3)
-	if l.confirm {
-		l.renewAt = now.Add(l.deadline.Sub(now) / 3)
-	}
-	l.mu.Unlock()
-
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -51,6 +47,18 @@ func (w *watchdog) add(l *lease) {
 		}()
 		return
 	}
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	l.watchedBy = w
+	now := time.Now()
+	// A third of the lease, or of what is left of it (a hand-off's claim lease, a lease
+	// watched again after a release that turned out not to be the last).
+	l.renewAt = now.Add(min(l.ttl, l.deadline.Sub(now)) / 3)
+	renewAt := l.renewAt
+	l.mu.Unlock()
 	w.leases[l] = struct{}{}
 	if !w.running {
 		w.running = true
@@ -60,7 +68,27 @@ func (w *watchdog) add(l *lease) {
 	}
 	// Wake the loop only if this lease is due before it would wake anyway: acquisitions with
 	// the Client lease are due after every lease already watched.
-	if !w.next.IsZero() && l.renewAt.Before(w.next) {
+	if !w.next.IsZero() && renewAt.Before(w.next) {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// renewBy moves l's next renewal to at, if that is sooner, and wakes the loop for it.
+func (w *watchdog) renewBy(l *lease, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.leases[l]; !ok {
+		return
+	}
+	l.mu.Lock()
+	if at.Before(l.renewAt) {
+		l.renewAt = at
+	}
+	l.mu.Unlock()
+	if !w.next.IsZero() && at.Before(w.next) {
 		select {
 		case w.wake <- struct{}{}:
 		default:
@@ -156,6 +184,24 @@ func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 }
 
 func (w *watchdog) renew(due []*lease) {
+	// A lease with a Refresh in flight waits for the next round: two renewals must not cross.
+	due = slices.DeleteFunc(due, func(l *lease) bool {
+		if l.renewing.TryLock() {
+			return false
+		}
+		l.mu.Lock()
+		l.renewAt = time.Now().Add(max(l.ttl/20, 10*time.Millisecond))
+		l.mu.Unlock()
+		return true
+	})
+	defer func() {
+		for _, l := range due {
+			l.renewing.Unlock()
+		}
+	}()
+	if len(due) == 0 {
+		return
+	}
 	rs := make([]renewal, len(due))
 	timeout := time.Duration(1<<63 - 1)
 	for i, l := range due {
@@ -198,7 +244,9 @@ func (w *watchdog) renew(due []*lease) {
 				w.remove(l) // a handed-off fixed lease needs only its confirmation
 			}
 		default:
-			l.end(lost("renewal found the lock gone or owned by another owner"))
+			if !l.end(lost("renewal found the lock gone or owned by another owner")) {
+				w.remove(l) // ended before (it should not be here): never renew it again
+			}
 		}
 	}
 	if err != nil {
