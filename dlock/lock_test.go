@@ -162,3 +162,27 @@ func TestNoGoroutinePerLock(t *testing.T) {
 		t.Fatalf("%d goroutines started for %d Acquire+WithLock+Release, want none", n, rounds)
 	}
 }
+
+// Refresh with a ttl shorter than the time to the watchdog's next renewal moves that renewal
+// up, so a watchdog-renewed lock is not lost to its own Refresh.
+func TestRefreshShortTTLMovesRenewal(t *testing.T) {
+	_, rdb, c := setup(t, dlock.WithLease(3*time.Second)) // renewed every second
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Release(ctx) }()
+	if err := lk.Refresh(ctx, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(600 * time.Millisecond) // 3 refreshed leases, well before the second is up
+	if lk2, err := newClient(t, rdb).TryAcquire(ctx, key); err == nil {
+		_ = lk2.Release(ctx)
+		t.Fatalf("another client took the lock 600 ms after Refresh(200ms); holder Err: %v", lk.Err())
+	}
+	if err := lk.Err(); err != nil {
+		t.Fatalf("lock lost after Refresh(200ms): %v", err)
+	}
+}
