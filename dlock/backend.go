@@ -62,7 +62,7 @@ const (
 
 type acquireResult struct {
 	status acquireStatus
-	token  int64
+	token  int64 // obtained: ours; busy: the holder's (0 when unknown)
 	// busy: time left on the holder's lease; obtained: time left on ours (shorter than the
 	// requested ttl when the lock was handed to us and awaits confirmation); < 0 when unknown
 	pttl   time.Duration

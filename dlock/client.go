@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -165,18 +166,31 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	for _, o := range opts {
 		o.applyAcquire(&ac)
 	}
-	owner, err := uuid.NewRandom()
-	if err != nil {
-		return nil, fmt.Errorf("dlock: owner id: %w", err)
-	}
-	r := acquireRequest{key: key, owner: owner.String(), ttl: ac.ttl, wait: wait, skipCompleted: ac.skipCompleted}
+	r := acquireRequest{key: key, ttl: ac.ttl, wait: wait, skipCompleted: ac.skipCompleted}
 	if r.ttl == 0 {
 		r.ttl = c.cfg.lease
 	}
 	ctx, span := c.tel.startAcquire(ctx, key, wait)
-	g, err := c.obtain(ctx, r)
-	if err == nil && g.handedOff && (c.cfg.replicas > 0 || g.confirmDue()) {
-		err = c.confirmHandOff(ctx, r, &g)
+	var g grant
+	var err error
+	for {
+		var owner uuid.UUID
+		if owner, err = uuid.NewRandom(); err != nil {
+			err = fmt.Errorf("dlock: owner id: %w", err)
+			break
+		}
+		r.owner = owner.String()
+		g, err = c.obtain(ctx, r)
+		if err == nil && g.handedOff && (c.cfg.replicas > 0 || g.confirmDue()) {
+			err = c.confirmHandOff(ctx, r, &g)
+			if errors.Is(err, ErrLockLost) && ctx.Err() == nil {
+				// The hand-off ran out before we could confirm it (we were paused past the
+				// claim lease) and went on to the next in line: wait again, as a new waiter,
+				// while the old owner id is taken out of line.
+				continue
+			}
+		}
+		break
 	}
 	c.tel.endAcquire(ctx, span, g, err)
 	if err != nil {

@@ -1,12 +1,14 @@
 package dlock_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,13 +74,92 @@ func TestMutualExclusionAcrossProcesses(t *testing.T) {
 	}
 }
 
-func helperProcessMain() bool {
-	if os.Getenv(helperEnv) == "" {
-		return false
+// waiterEnv makes the test binary a process that waits for the lock once and prints
+// "obtained <token> <unix ns>" or "error <err>".
+const waiterEnv = "DLOCK_TEST_WAITER_PROCESS"
+
+func waiterProcess() {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("DLOCK_TEST_ADDR")})
+	defer rdb.Close()
+	c := dlock.New(rdb, dlock.WithRetryInterval(100*time.Millisecond))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lk, err := c.Acquire(ctx, os.Getenv("DLOCK_TEST_KEY"))
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		return
 	}
-	if err := counterProcess(); err != nil {
-		fmt.Fprintln(os.Stderr, "counter process:", err)
-		os.Exit(1)
+	fmt.Printf("obtained %d %d\n", lk.Token(), time.Now().UnixNano())
+	_ = lk.Release(ctx)
+}
+
+// A waiter whose process is paused (GC, SIGSTOP, a VM migration) while the lock is handed to
+// it does not take it up before the claim lease ends, and the lock goes on to the next in
+// line. When it resumes, the old hand-off notice is still in its listener. It must neither
+// take that notice for the lock (another process holds it) nor give up: it waits on and gets
+// the lock, with a newer token, once the holder releases it.
+func TestPausedWaiterIgnoresStaleHandOff(t *testing.T) {
+	srv, rdb, c := setup(t, dlock.WithRetryInterval(100*time.Millisecond)) // claim lease 300 ms
+	ctx := testContext(t, 60*time.Second)
+	for round := range 3 {
+		key := uniqueKey(t)
+		holder, err := c.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), waiterEnv+"=1", "DLOCK_TEST_ADDR="+srv.Addr(), "DLOCK_TEST_KEY="+key)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for n := int64(0); n == 0; n, _ = rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Result() {
+			time.Sleep(5 * time.Millisecond) // until the waiter is in line
+		}
+		time.Sleep(250 * time.Millisecond) // and listening
+		_ = cmd.Process.Signal(syscall.SIGSTOP)
+		if err := holder.Release(ctx); err != nil { // handed to the paused waiter
+			t.Fatal(err)
+		}
+		next, err := newClient(t, rdb, dlock.WithRetryInterval(100*time.Millisecond)).Acquire(ctx, key)
+		if err != nil { // after the waiter's claim lease ran out
+			t.Fatal(err)
+		}
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		time.Sleep(400 * time.Millisecond) // the waiter sees its stale notice meanwhile
+		freed := time.Now()
+		if err := next.Release(ctx); err != nil {
+			t.Fatalf("round %d: the next holder lost the lock: %v", round, err)
+		}
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		_ = cmd.Wait()
+		var token, at int64
+		if _, err := fmt.Sscanf(line, "obtained %d %d", &token, &at); err != nil {
+			t.Fatalf("round %d: waiter said %q, want it to obtain the lock", round, line)
+		}
+		if token <= next.Token() || time.Unix(0, at).Before(freed) {
+			t.Fatalf("round %d: waiter obtained token %d at %s, but token %d was held until %s",
+				round, token, time.Unix(0, at).Format(time.StampMicro), next.Token(), freed.Format(time.StampMicro))
+		}
+	}
+}
+
+func helperProcessMain() bool {
+	switch {
+	case os.Getenv(waiterEnv) != "":
+		waiterProcess()
+	case os.Getenv(helperEnv) != "":
+		if err := counterProcess(); err != nil {
+			fmt.Fprintln(os.Stderr, "counter process:", err)
+			os.Exit(1)
+		}
+	default:
+		return false
 	}
 	os.Exit(0)
 	return true

@@ -254,7 +254,11 @@ func parseAcquire(v any, ttl time.Duration) (acquireResult, error) {
 		if pttl < 0 {
 			d = -1
 		}
-		return acquireResult{status: statusBusy, pttl: d}, nil
+		res := acquireResult{status: statusBusy, pttl: d}
+		if len(reply) > 2 {
+			res.token, _ = reply[2].(int64)
+		}
+		return res, nil
 	}
 }
 

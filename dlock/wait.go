@@ -57,6 +57,11 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 		return g, err
 	}
 	queuedAt := g.sent
+	// Every hand-off to us comes after our last look found the lock busy, so its token is
+	// above the holder's token that look saw. A notice at or below it was sent before that
+	// look: we were handed the lock, did not take it up in time (paused past the claim
+	// lease), and it went on. Such a notice is stale.
+	busyToken := res.token
 	timer := time.NewTimer(c.cfg.retry)
 	defer timer.Stop()
 	look := false
@@ -85,11 +90,12 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 				return g, err
 			}
 			queuedAt = g.sent
+			busyToken = max(busyToken, res.token)
 		}
 		look = true
 		next := c.cfg.retry
-		if res.pttl > 0 && res.pttl < next {
-			next = res.pttl + time.Millisecond
+		if res.pttl >= 0 && res.pttl < next {
+			next = res.pttl + time.Millisecond // look again when the holder's lease ends
 		}
 		timer.Reset(next)
 		select {
@@ -97,8 +103,8 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			c.cleanup(ctx, r)
 			return g, &waitError{ctxErr: ctx.Err()}
 		case n := <-lis.C():
-			if n.token == 0 || n.lease <= 0 {
-				continue // look again now (a notice without its lease: the look tells it)
+			if n.token == 0 || n.lease <= 0 || n.token <= busyToken {
+				continue // look again now (a notice without its lease: the look tells it; a stale one)
 			}
 			if ctx.Err() != nil {
 				c.cleanup(ctx, r)

@@ -3,7 +3,8 @@
 --       6 claim ms, 7 publish command
 -- Returns the token, a bare integer, when a free lock with nobody in line was taken for ttl;
 --         {1, token, pttl} obtained otherwise (a retried call, or first in line);
---         {0, pttl} busy;
+--         {0, pttl, token} busy, with the holder's token: a hand-off notice to the caller
+--         with a token not above it is stale (the caller was paused past its claim lease);
 --         {2, record} a completion record exists and skip completed was asked.
 -- Safe to run twice: a retried call finds its own owner id and answers obtained again.
 --
@@ -57,6 +58,7 @@ if ARGV[4] == '1' then
 end
 
 local nowus = now_us()
+local held_token = cur[2]
 if free then
   -- The holder's lease ran out with others in line (a released lock has nobody in line):
   -- serve the first live waiter now. That may be the caller, behind waiters told to look
@@ -70,6 +72,8 @@ if free then
     end
     if not got then
       head = nil -- nobody live in line: the caller takes the lock
+    else
+      held_token = t
     end
   end
   if not head or head == member then
@@ -91,4 +95,4 @@ if ARGV[3] == '1' then
     redis.call('HSET', KEYS[1], 'w', '1')
   end
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), tonumber(held_token) or 0}
