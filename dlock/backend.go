@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -59,6 +60,34 @@ const (
 	statusObtained
 	statusCompleted
 )
+
+// inFlightError is the error of a call that was given up because its context ended while
+// the call was still on its way: it goes on in the background, and whether it took effect is
+// unknown until finished is closed. A clean-up of its effect must wait for that, or the call
+// could take effect after the clean-up (a late acquire taking the lock for an owner that has
+// left). Backends return it wrapped in their error.
+type inFlightError struct {
+	err      error // the context's error
+	finished <-chan struct{}
+}
+
+func (e *inFlightError) Error() string { return e.err.Error() }
+func (e *inFlightError) Unwrap() error { return e.err }
+
+// afterInFlight waits until the call that failed with err, if it is still in flight, is
+// over, for at most releaseBound.
+func afterInFlight(err error) {
+	var fl *inFlightError
+	if !errors.As(err, &fl) {
+		return
+	}
+	t := time.NewTimer(releaseBound)
+	defer t.Stop()
+	select {
+	case <-fl.finished:
+	case <-t.C:
+	}
+}
 
 type acquireResult struct {
 	status acquireStatus

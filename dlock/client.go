@@ -115,7 +115,7 @@ func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant)
 		err = lost("hand-off expired before it was confirmed")
 	}
 	if err != nil {
-		c.cleanup(ctx, r)
+		c.cleanup(ctx, r, err)
 		return c.waitErr(ctx, err) // the caller's deadline, if that is what ended it
 	}
 	g.sent, g.valid, g.handedOff = sent, r.ttl, false

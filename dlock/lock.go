@@ -313,7 +313,7 @@ func (lk *Lock) reenter(ctx context.Context) (*Lock, error) {
 	if err != nil {
 		// The script may have added the hold before the reply was lost: take it out again,
 		// or the key would outlive the releases of the holds the caller knows of.
-		l.c.dropHold(ctx, l.key, l.owner, entry)
+		l.c.dropHold(ctx, l.key, l.owner, entry, err)
 		return nil, err
 	}
 	if n < 0 {

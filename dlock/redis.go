@@ -502,15 +502,17 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 	b.calls.Add(1)
 	b.mu.Unlock()
 	done := make(chan error, 1)
+	finished := make(chan struct{})
 	go func() {
 		defer b.calls.Done()
+		defer close(finished)
 		done <- fn(ctx)
 	}()
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return ctx.Err()
+		return &inFlightError{err: ctx.Err(), finished: finished}
 	}
 }
 

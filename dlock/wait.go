@@ -34,7 +34,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 		if err != nil {
 			// The script may have run and given us the lock (reply lost, or ctx ended while the
 			// call was in flight): take us out, so no lock is left that nobody will release.
-			c.cleanup(ctx, r)
+			c.cleanup(ctx, r, err)
 		}
 		return res, err
 	}
@@ -69,14 +69,14 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 		// Listen for the hand-off, then look once more: the release may have come between
 		// our first look and the subscription.
 		if lis, err = c.be.listen(ctx, r.key, r.owner); err != nil {
-			c.cleanup(ctx, r)
+			c.cleanup(ctx, r, nil)
 			return g, c.waitErr(ctx, err)
 		}
 		select {
 		case <-lis.Ready():
 		case <-timer.C:
 		case <-ctx.Done():
-			c.cleanup(ctx, r)
+			c.cleanup(ctx, r, nil)
 			return g, &waitError{ctxErr: ctx.Err()}
 		}
 		look = true
@@ -100,14 +100,14 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 		timer.Reset(next)
 		select {
 		case <-ctx.Done():
-			c.cleanup(ctx, r)
+			c.cleanup(ctx, r, nil)
 			return g, &waitError{ctxErr: ctx.Err()}
 		case n := <-lis.C():
 			if n.token == 0 || n.lease <= 0 || n.token <= busyToken {
 				continue // look again now (a notice without its lease: the look tells it; a stale one)
 			}
 			if ctx.Err() != nil {
-				c.cleanup(ctx, r)
+				c.cleanup(ctx, r, nil)
 				return g, &waitError{ctxErr: ctx.Err()}
 			}
 			// Handed to us. It was granted after our last look that found us queued, so that
@@ -148,10 +148,12 @@ func (c *Client) waitErr(ctx context.Context, err error) error {
 	return err
 }
 
-// dropHold removes one hold entry that a failed call may have added, without waiting for it.
-// The release script only deletes that entry (it is not the last hold: the outer one remains).
-func (c *Client) dropHold(ctx context.Context, key, owner, entry string) {
+// dropHold removes one hold entry that a failed call (failing with failure) may have added,
+// without waiting for it; a call still in flight is let finish first. The release script only
+// deletes that entry (it is not the last hold: the outer one remains).
+func (c *Client) dropHold(ctx context.Context, key, owner, entry string, failure error) {
 	c.wd.background(func() {
+		afterInFlight(failure)
 		cctx, cancel := c.releaseContext(ctx)
 		defer cancel()
 		if _, err := c.be.release(cctx, releaseRequest{key: key, owner: owner, entry: entry}); err != nil {
@@ -162,12 +164,14 @@ func (c *Client) dropHold(ctx context.Context, key, owner, entry string) {
 }
 
 // cleanup takes an owner out of line and passes on a lock handed to it, without waiting for
-// it: ctx may have ended already, and the caller's wait must end with its context.
-func (c *Client) cleanup(ctx context.Context, r acquireRequest) {
+// it: ctx may have ended already, and the caller's wait must end with its context. When the
+// call that failed with failure is still in flight, the clean-up comes after it.
+func (c *Client) cleanup(ctx context.Context, r acquireRequest, failure error) {
 	if c.closed.Load() {
 		return
 	}
 	c.wd.background(func() {
+		afterInFlight(failure)
 		cctx, cancel := c.releaseContext(ctx)
 		defer cancel()
 		h, err := c.be.leave(cctx, r)
