@@ -187,8 +187,9 @@ func (lk *Lock) Err() error {
 
 // Release releases this hold. The key is freed (and handed to the next waiter, if any) when
 // the last hold of the lease is released. It returns ErrNotHeld for a hold already released,
-// an error matching ErrLockLost (and ErrNotHeld) when the lease was lost before, and an error
-// matching ErrUnavailable when Redis could not be reached; in that last case the lock is no
+// an error matching ErrLockLost (and ErrNotHeld) when the lease was lost before (the last
+// hold of a lease lost on our clock is still freed in Redis if Redis has it as ours), and an
+// error matching ErrUnavailable when Redis could not be reached; in that last case the lock is no
 // longer renewed and expires at the end of its lease. Pass context.WithoutCancel of an ended
 // context to release anyway: a context that cannot end is bounded by the Redis client's
 // timeouts, or by 5 s when it has none (ReadTimeout -1).
@@ -225,6 +226,14 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 	wd := l.watchedBy
 	l.mu.Unlock()
 	if err := l.err(); err != nil {
+		if last && errors.Is(err, ErrLockLost) && !l.c.closed.Load() {
+			// Lost on our clock, which runs ahead of Redis's by design: the lock may still be
+			// ours there. Free it if so (the script checks the owner), rather than leave it
+			// held to the end of its lease; the loss stays the answer.
+			ctx, cancel := l.c.boundedContext(ctx)
+			defer cancel()
+			_, _ = l.c.be.release(ctx, releaseRequest{key: l.key, owner: l.owner, entry: lk.entry})
+		}
 		return err
 	}
 	if last && wd != nil {
