@@ -206,3 +206,62 @@ func TestRefreshAndWatchdogDoNotCross(t *testing.T) {
 		t.Fatalf("lock lost after the Refresh: %v", err)
 	}
 }
+
+// failRenew fails the next n renewals.
+type failRenew struct {
+	backend
+	n atomic.Int32
+}
+
+func (b *failRenew) renew(ctx context.Context, rs []renewal) ([]bool, error) {
+	if b.n.Add(-1) >= 0 {
+		return nil, errors.New("injected renewal failure")
+	}
+	return b.backend.renew(ctx, rs)
+}
+
+// A handed-off lock holds only the releaser's short claim lease until its new holder renews
+// it. One failed renewal must not lose it: the watchdog tries again within what is left of
+// the claim lease, not after a twentieth of the full lease (1.5 s of 30 s, past a 300 ms claim).
+func TestHandedOffLockSurvivesOneFailedRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	releaser := New(srv.Client(t), WithRetryInterval(100*time.Millisecond)) // claim lease 300 ms
+	defer releaser.Close()
+	waiter := New(srv.Client(t)) // lease 30 s
+	defer waiter.Close()
+	fr := &failRenew{backend: waiter.be}
+	waiter.be = fr
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	held, err := releaser.Acquire(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lock, 1)
+	go func() {
+		lk, err := waiter.Acquire(ctx, t.Name())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	for n := int64(0); n == 0; n, _ = srv.Client(t).ZCard(ctx, "lockguard:{"+t.Name()+"}:q").Result() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	fr.n.Store(1) // the new holder's first renewal fails
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk := <-got
+	if lk == nil {
+		return
+	}
+	defer func() { _ = lk.Release(ctx) }()
+	time.Sleep(time.Second) // three claim leases
+	if err := lk.Err(); err != nil {
+		t.Fatalf("handed-off lock lost after one failed renewal: %v", err)
+	}
+	if fr.n.Load() >= 0 {
+		t.Fatal("the injected failure was not reached: no renewal happened")
+	}
+}

@@ -228,10 +228,12 @@ func (w *watchdog) renew(due []*lease) {
 		switch {
 		case releasing:
 		case err != nil:
-			// Try again soon; if no renewal gets through, the local expiry ends the lease
-			// before Redis can hand the lock to someone else.
+			// Try again soon, several times within what is left of the lease (a hand-off's
+			// claim lease is short); if no renewal gets through, the local expiry ends the
+			// lease before Redis can hand the lock to someone else.
 			l.mu.Lock()
-			l.renewAt = time.Now().Add(max(l.ttl/20, 10*time.Millisecond))
+			now := time.Now()
+			l.renewAt = now.Add(max(min(l.ttl/20, l.deadline.Sub(now)/4), 10*time.Millisecond))
 			l.mu.Unlock()
 		case ok[i]:
 			l.extended(sent, l.ttl)
