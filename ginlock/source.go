@@ -24,7 +24,7 @@ import (
 //   - KindForm: fields of a multipart/form-data body (files are ignored); keyfunc itself
 //     parses application/x-www-form-urlencoded bodies;
 //   - KindMeta: keyfunc.MetaMethod, keyfunc.MetaRoute (c.FullPath(), absent for unmatched
-//     routes) and keyfunc.MetaPath;
+//     routes) and keyfunc.MetaPath (the path as sent, escaped: /a%2Fb and /a/b differ);
 //   - Context: the request context, except that string keys are looked up in the Gin
 //     context's Keys first (c.Set), so keyfunc.ContextValue("user") reads what an auth
 //     middleware stored with c.Set("user", id);
@@ -101,7 +101,7 @@ func (s *Source) Value(kind keyfunc.Kind, name string) (string, bool) {
 			route := c.FullPath()
 			return route, route != ""
 		case keyfunc.MetaPath:
-			return c.Request.URL.Path, true
+			return c.Request.URL.EscapedPath(), true
 		}
 	}
 	return "", false
