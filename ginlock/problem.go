@@ -18,7 +18,9 @@ const ProblemContentType = "application/problem+json"
 
 var (
 	// ErrMismatch is the cause of a 422: the key already has a stored response for a request
-	// with another fingerprint (method, route, path, query or body).
+	// with another fingerprint: another path (path parameters), query or body. (Method and
+	// route are part of the key itself: the same Idempotency-Key on another route is another
+	// key.)
 	ErrMismatch = errors.New("ginlock: key reused for a different request")
 
 	// ErrBadRecord is the cause of a 500 when a stored response cannot be decoded (written by
@@ -78,7 +80,7 @@ func detail(status int, err error) string {
 	case errors.Is(err, dlock.ErrNotObtained):
 		return "Another request with the same key is in progress; retry later."
 	case errors.Is(err, ErrMismatch):
-		return "This key was already used for a request with a different method, path, query or body."
+		return "This key was already used for a request with a different path, query or body."
 	case status == http.StatusServiceUnavailable:
 		return "The lock service is unavailable; retry later."
 	}
