@@ -23,10 +23,11 @@ type lease struct {
 	ctx    context.Context // ends when the lease ends: released (ErrNotHeld) or lost (ErrLockLost)
 	cancel context.CancelCauseFunc
 
-	// renewing is held while a renewal of this lease is in flight (a Refresh, or the
+	// renewing holds a token while a renewal of this lease is in flight (a Refresh, or the
 	// watchdog's batch), so that no two cross: the lease must end on our clock no later than
 	// in Redis, and with two renewals in flight we could not tell which one Redis applied last.
-	renewing sync.Mutex
+	// A channel, not a mutex: a Refresh waiting for the watchdog's batch must heed its context.
+	renewing chan struct{}
 
 	mu        sync.Mutex
 	holds     int
@@ -35,6 +36,7 @@ type lease struct {
 	deadline  time.Time   // end of the lease on our clock, drift margin subtracted
 	expiry    *time.Timer // fires at deadline: the lease is lost unless renewed first
 	renewAt   time.Time   // next watchdog renewal
+	retrying  bool        // renewAt is a retry (after a failure or a skip): not batched early
 	confirm   bool        // handed off: holds the claim lease until renewed to the full ttl
 	watchedBy *watchdog
 	cause     error   // why the lease ended, once ended
@@ -64,7 +66,8 @@ type Lock struct {
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 func newLease(c *Client, key, owner string, token int64, ttl time.Duration, auto bool) *lease {
-	l := &lease{c: c, key: key, owner: owner, token: token, ttl: ttl, auto: auto, holds: 1, entries: 1}
+	l := &lease{c: c, key: key, owner: owner, token: token, ttl: ttl, auto: auto, holds: 1, entries: 1,
+		renewing: make(chan struct{}, 1)}
 	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	return l
 }
@@ -226,10 +229,11 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 	wd := l.watchedBy
 	l.mu.Unlock()
 	if err := l.err(); err != nil {
-		if last && errors.Is(err, ErrLockLost) && !l.c.closed.Load() {
+		if errors.Is(err, ErrLockLost) && !l.c.closed.Load() {
 			// Lost on our clock, which runs ahead of Redis's by design: the lock may still be
-			// ours there. Free it if so (the script checks the owner), rather than leave it
-			// held to the end of its lease; the loss stays the answer.
+			// ours there. Take this hold off there (the script checks the owner), so that the
+			// last one frees it rather than leave it held to the end of its lease; the loss
+			// stays the answer.
 			ctx, cancel := l.c.boundedContext(ctx)
 			defer cancel()
 			_, _ = l.c.be.release(ctx, releaseRequest{key: l.key, owner: l.owner, entry: lk.entry})
@@ -282,8 +286,12 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l := lk.l
-	l.renewing.Lock()
-	defer l.renewing.Unlock()
+	select {
+	case l.renewing <- struct{}{}:
+		defer func() { <-l.renewing }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	sent := time.Now()
 	ok, err := l.c.be.renew(ctx, []renewal{{key: l.key, owner: l.owner, ttl: ttl}})
 	if err != nil {
@@ -322,7 +330,7 @@ func (lk *Lock) reenter(ctx context.Context) (*Lock, error) {
 	if err != nil {
 		// The script may have added the hold before the reply was lost: take it out again,
 		// or the key would outlive the releases of the holds the caller knows of.
-		l.c.dropHold(ctx, l.key, l.owner, entry, err)
+		l.c.dropHold(ctx, l, entry, err)
 		return nil, err
 	}
 	if n < 0 {

@@ -175,8 +175,9 @@ func (b *gateBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 
 // While a Refresh is in flight the watchdog does not renew the same lock: with two renewals
 // crossing, the lease on our clock would follow the reply that came last, not the renewal
-// Redis applied last, and could outlast the lock in Redis. The watchdog takes it up again
-// after the Refresh.
+// Redis applied last, and could outlast the lock in Redis. Nor does it spin on the skipped
+// lease: a retry is not batched early (collect's ttl/10 slack), or it would be due again at
+// once. The watchdog takes the lease up again after the Refresh.
 func TestRefreshAndWatchdogDoNotCross(t *testing.T) {
 	srv := redistest.Start(t)
 	c := New(srv.Client(t), WithLease(900*time.Millisecond)) // renewed every 300 ms
@@ -193,13 +194,27 @@ func TestRefreshAndWatchdogDoNotCross(t *testing.T) {
 	refreshed := make(chan error, 1)
 	go func() { refreshed <- lk.Refresh(context.WithValue(ctx, refreshMark{}, true), 2*time.Second) }()
 	<-gb.refreshIn
-	time.Sleep(450 * time.Millisecond) // the watchdog's renewal comes due meanwhile
+	time.Sleep(400 * time.Millisecond) // the watchdog's renewal came due meanwhile
+	renewAt := func() time.Time {
+		lk.l.mu.Lock()
+		defer lk.l.mu.Unlock()
+		return lk.l.renewAt
+	}
+	skips, last := 0, renewAt()
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
+		if at := renewAt(); !at.Equal(last) {
+			skips, last = skips+1, at
+		}
+	}
 	close(gb.open)
 	if err := <-refreshed; err != nil {
 		t.Fatal(err)
 	}
 	if n := gb.crossing.Load(); n != 0 {
 		t.Fatalf("the watchdog sent %d renewals while the Refresh was in flight", n)
+	}
+	if skips > 20 { // one retry per ttl/20 (45 ms) makes about 5
+		t.Fatalf("the watchdog skipped the lease %d times in 200 ms: it spins while a Refresh is in flight", skips)
 	}
 	time.Sleep(1500 * time.Millisecond) // past the 900 ms lease: renewals resumed
 	if err := lk.Err(); err != nil {
@@ -220,19 +235,21 @@ func (b *failRenew) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 	return b.backend.renew(ctx, rs)
 }
 
-// A handed-off lock holds only the releaser's short claim lease until its new holder renews
-// it. One failed renewal must not lose it: the watchdog tries again within what is left of
-// the claim lease, not after a twentieth of the full lease (1.5 s of 30 s, past a 300 ms claim).
-func TestHandedOffLockSurvivesOneFailedRenewal(t *testing.T) {
+// handedOffLock returns a lock obtained by hand-off, on a Client whose backend wrap returns
+// (nil: as is), with a 30 s lease; the releasing Client's claim lease is 300 ms. before runs
+// while the waiter is in line, just before the release that hands it the lock.
+func handedOffLock(t *testing.T, wrap func(backend) backend, before func()) (*Lock, context.Context) {
+	t.Helper()
 	srv := redistest.Start(t)
-	releaser := New(srv.Client(t), WithRetryInterval(100*time.Millisecond)) // claim lease 300 ms
-	defer releaser.Close()
-	waiter := New(srv.Client(t)) // lease 30 s
-	defer waiter.Close()
-	fr := &failRenew{backend: waiter.be}
-	waiter.be = fr
+	releaser := New(srv.Client(t), WithRetryInterval(100*time.Millisecond))
+	t.Cleanup(func() { _ = releaser.Close() })
+	waiter := New(srv.Client(t))
+	t.Cleanup(func() { _ = waiter.Close() })
+	if wrap != nil {
+		waiter.be = wrap(waiter.be)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	held, err := releaser.Acquire(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -248,15 +265,27 @@ func TestHandedOffLockSurvivesOneFailedRenewal(t *testing.T) {
 	for n := int64(0); n == 0; n, _ = srv.Client(t).ZCard(ctx, "lockguard:{"+t.Name()+"}:q").Result() {
 		time.Sleep(5 * time.Millisecond)
 	}
-	fr.n.Store(1) // the new holder's first renewal fails
+	if before != nil {
+		before()
+	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	lk := <-got
 	if lk == nil {
-		return
+		t.FailNow()
 	}
-	defer func() { _ = lk.Release(ctx) }()
+	t.Cleanup(func() { _ = lk.Release(context.Background()) })
+	return lk, ctx
+}
+
+// A handed-off lock holds only the releaser's short claim lease until its new holder renews
+// it. One failed renewal must not lose it: the watchdog tries again within what is left of
+// the claim lease, not after a twentieth of the full lease (1.5 s of 30 s, past a 300 ms claim).
+func TestHandedOffLockSurvivesOneFailedRenewal(t *testing.T) {
+	fr := &failRenew{}
+	lk, _ := handedOffLock(t, func(b backend) backend { fr.backend = b; return fr },
+		func() { fr.n.Store(1) }) // the new holder's first renewal fails
 	time.Sleep(time.Second) // three claim leases
 	if err := lk.Err(); err != nil {
 		t.Fatalf("handed-off lock lost after one failed renewal: %v", err)

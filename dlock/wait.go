@@ -151,14 +151,23 @@ func (c *Client) waitErr(ctx context.Context, err error) error {
 // dropHold removes one hold entry that a failed call (failing with failure) may have added,
 // without waiting for it; a call still in flight is let finish first. The release script only
 // deletes that entry (it is not the last hold: the outer one remains).
-func (c *Client) dropHold(ctx context.Context, key, owner, entry string, failure error) {
+// If that was the last hold in Redis (the others were released meanwhile), the lock is free
+// and the lease ends.
+func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure error) {
 	c.wd.background(func() {
 		afterInFlight(failure)
 		cctx, cancel := c.releaseContext(ctx)
 		defer cancel()
-		if _, err := c.be.release(cctx, releaseRequest{key: key, owner: owner, entry: entry}); err != nil {
+		res, err := c.be.release(cctx, releaseRequest{key: l.key, owner: l.owner, entry: entry})
+		switch {
+		case err != nil:
 			c.log.Warn("dlock: removing a hold after a failed re-entry failed; it goes with the lock",
-				"key_hash", hashKey(key), "err", err)
+				"key_hash", hashKey(l.key), "err", err)
+		case res.owned && res.left == 0:
+			if res.next.owner != "" {
+				c.be.deliver(l.key, res.next)
+			}
+			l.end(ErrNotHeld)
 		}
 	})
 }

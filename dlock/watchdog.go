@@ -76,6 +76,16 @@ func (w *watchdog) add(l *lease) {
 	}
 }
 
+// retryLater schedules l's renewal again soon, several times within what is left of its
+// lease (a hand-off's claim lease is short), and not batched early with others.
+func (l *lease) retryLater() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	l.renewAt = now.Add(max(min(l.ttl/20, l.deadline.Sub(now)/4), 10*time.Millisecond))
+	l.retrying = true
+}
+
 // renewBy moves l's next renewal to at, if that is sooner, and wakes the loop for it.
 func (w *watchdog) renewBy(l *lease, at time.Time) {
 	w.mu.Lock()
@@ -169,7 +179,7 @@ func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 	for l := range w.leases {
 		l.mu.Lock()
 		at, slack := l.renewAt, l.ttl/10
-		if l.confirm {
+		if l.confirm || l.retrying {
 			slack = 0
 		}
 		l.mu.Unlock()
@@ -184,19 +194,19 @@ func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 }
 
 func (w *watchdog) renew(due []*lease) {
-	// A lease with a Refresh in flight waits for the next round: two renewals must not cross.
+	// A lease with a Refresh in flight waits for a retry: two renewals must not cross.
 	due = slices.DeleteFunc(due, func(l *lease) bool {
-		if l.renewing.TryLock() {
+		select {
+		case l.renewing <- struct{}{}:
 			return false
+		default:
+			l.retryLater()
+			return true
 		}
-		l.mu.Lock()
-		l.renewAt = time.Now().Add(max(l.ttl/20, 10*time.Millisecond))
-		l.mu.Unlock()
-		return true
 	})
 	defer func() {
 		for _, l := range due {
-			l.renewing.Unlock()
+			<-l.renewing
 		}
 	}()
 	if len(due) == 0 {
@@ -226,19 +236,16 @@ func (w *watchdog) renew(due []*lease) {
 		releasing := l.holds == 0
 		l.mu.Unlock()
 		switch {
-		case releasing:
-		case err != nil:
-			// Try again soon, several times within what is left of the lease (a hand-off's
-			// claim lease is short); if no renewal gets through, the local expiry ends the
-			// lease before Redis can hand the lock to someone else.
-			l.mu.Lock()
-			now := time.Now()
-			l.renewAt = now.Add(max(min(l.ttl/20, l.deadline.Sub(now)/4), 10*time.Millisecond))
-			l.mu.Unlock()
+		case releasing, err != nil:
+			// Releasing: its release takes it out, or, if a hold turns out to be left after
+			// all, renews it later. Failed: if no renewal gets through, the local expiry ends
+			// the lease before Redis can hand the lock to someone else.
+			l.retryLater()
 		case ok[i]:
 			l.extended(sent, l.ttl)
 			l.mu.Lock()
 			l.renewAt = sent.Add(l.ttl / 3)
+			l.retrying = false
 			l.confirm = false
 			fixed := !l.auto
 			l.mu.Unlock()
