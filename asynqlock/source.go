@@ -63,10 +63,16 @@ func (s *source) Value(kind keyfunc.Kind, name string) (string, bool) {
 		if v, ok := h[name]; ok {
 			return v, true
 		}
-		for k, v := range h {
-			if strings.EqualFold(k, name) {
-				return v, true
+		// Any case; of headers differing only in case, the first in byte order, so that every
+		// run derives the same key (map order is random).
+		match, found := "", false
+		for k := range h {
+			if strings.EqualFold(k, name) && (!found || k < match) {
+				match, found = k, true
 			}
+		}
+		if found {
+			return h[match], true
 		}
 	}
 	return "", false
