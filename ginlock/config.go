@@ -68,11 +68,12 @@ func newConfig(opts []Option) config {
 }
 
 // defaultStorable stores what a retry would get again: 2xx, 3xx (a 303 after a POST points
-// at what it made) and 4xx, except the 4xx that say "not now" (408, 409, 425, 429): replaying
-// those would keep the key from ever running.
+// at what it made) and 4xx, except 304 and the 4xx that say "not now" (408, 409, 425, 429):
+// replaying those would keep the key from ever running.
 func defaultStorable(status int) bool {
 	switch status {
-	case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+	case http.StatusNotModified, // an answer to the request's own validators, not a result
+		http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
 		return false
 	}
 	return status >= 200 && status < 500
@@ -112,8 +113,8 @@ func WithoutReplay() Option {
 }
 
 // WithReplayStatuses sets which statuses of the handler's response are stored for replay.
-// Default: every 2xx, 3xx and 4xx except 408, 409, 425 and 429 (transient: the retry they
-// invite must run); 5xx are not stored either, so the client's retry runs the handler again.
+// Default: every 2xx, 3xx and 4xx except 304 and 408, 409, 425, 429 (transient: the retry
+// they invite must run); 5xx are not stored either, so the client's retry runs the handler again.
 // A nil f restores the default. Whatever f says, a response that a ginlock middleware
 // nested inside this one made itself (400, 409, 413, 422, 503) is never stored.
 func WithReplayStatuses(f func(status int) bool) Option {
@@ -126,8 +127,10 @@ func WithReplayStatuses(f func(status int) bool) Option {
 }
 
 // WithReplayHeaders sets the response headers stored and replayed with the status and body,
-// replacing the default list: Content-Type and Location. Content-Encoding is always stored
-// (the body is kept as it went out), and Idempotent-Replayed is always added to a replay.
+// replacing the default list: Content-Type and Location. A Content-Encoding set by the chain
+// after the middleware is always stored (the body is kept as the chain encoded it); one set
+// before it, by a compressing middleware outside, is not (the kept body is not encoded).
+// Idempotent-Replayed is always added to a replay.
 func WithReplayHeaders(names ...string) Option {
 	return optionFunc(func(c *config) {
 		c.headers = make([]string, len(names))
@@ -200,7 +203,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 }
 
 // WithLogger sets a logger for what a client never sees: fail-open requests, lost locks,
-// failed releases and stores, unreadable records. Default: no logging.
+// failed releases and stores, unreadable records, key functions that failed (500). Default:
+// no logging.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.log = l })
 }

@@ -21,10 +21,10 @@
 //
 // When the key uses the Idempotency-Key header (or with WithReplay), the response of a
 // completed request is stored under the key, scoped by method and route, and replayed to
-// later requests with the same key and the same fingerprint (method, route, path, query and
-// canonical body), marked Idempotent-Replayed: true; a request with the same key and another
-// fingerprint gets 422. When the Idempotency-Key part is Optional, a request without the
-// header is locked but neither replayed nor stored. Storing uses dlock's completion records: the lookup is part of the
+// later requests with the same key and the same fingerprint (method, route, decoded path,
+// query and canonical body), marked Idempotent-Replayed: true; a request with the same key and
+// another fingerprint gets 422. When the Idempotency-Key part is Optional, a request without
+// the header (or with an empty one) is locked but neither replayed nor stored, in any mode. Storing uses dlock's completion records: the lookup is part of the
 // acquisition and the store is part of the release, so a request costs two Redis round trips
 // with or without replay, and a duplicate arriving while the response is being stored can
 // never run the handler again.
@@ -35,7 +35,8 @@
 //     key and retention, except after a response that is not stored (5xx and the transient
 //     408, 409, 425 and 429 by default, a body over WithMaxReplayBody, a panic, a lost lock),
 //     whose retry runs it again. What is stored is what the handler wrote, even if the
-//     client went away before receiving it. A response that a ginlock middleware nested
+//     client went away before receiving it, as long as the middleware can tell it is all
+//     of it (one write, or as long as its Content-Length); a stream cut short is not stored. A response that a ginlock middleware nested
 //     inside another one made itself (its 409 for a busy account lock, say) is never stored
 //     by the outer one.
 //   - The handler's context (c.Request.Context()) carries the lock: a nested dlock Acquire

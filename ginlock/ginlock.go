@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -47,7 +48,7 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFun
 	cfg := newConfig(opts)
 	m := &middleware{client: client, key: key, cfg: cfg, tel: newTelemetry(&cfg)}
 	m.replay = cfg.replay == replayOn || cfg.replay == replayAuto && key.UsesIdempotencyKey()
-	m.needsIdemKey = cfg.replay == replayAuto
+	m.needsIdemKey = key.UsesIdempotencyKey()
 	if cfg.ttl > 0 {
 		m.lockOpts = append(m.lockOpts, dlock.WithTTL(cfg.ttl))
 	}
@@ -70,8 +71,8 @@ type middleware struct {
 	cfg    config
 	tel    *telemetry
 	replay bool
-	// needsIdemKey: replay is on because the key uses the Idempotency-Key header, so a request
-	// without one (an Optional part) is locked but not replayed.
+	// needsIdemKey: the key uses the Idempotency-Key header, so a request without one (or
+	// with an empty one; an Optional part) is locked but not replayed, whatever the mode.
 	needsIdemKey bool
 	lockOpts     []dlock.AcquireOption
 	replayOpts   []dlock.AcquireOption // lockOpts and SkipCompleted
@@ -105,11 +106,12 @@ func (m *middleware) handle(c *gin.Context) {
 	key, err := m.key.Key(src)
 	replaying := m.replay
 	if replaying && m.needsIdemKey {
-		_, replaying = src.Value(keyfunc.KindHeader, keyfunc.IdempotencyKeyHeader)
+		v, _ := src.Value(keyfunc.KindHeader, keyfunc.IdempotencyKeyHeader)
+		replaying = strings.Trim(v, " \t") != ""
 	}
-	var fp [sha256.Size]byte
+	var fp, legacyFP [sha256.Size]byte
 	if err == nil && replaying {
-		fp, err = fingerprint(c, src)
+		fp, legacyFP, err = fingerprint(c, src)
 	}
 	if err != nil {
 		status := keyStatus(err)
@@ -137,7 +139,7 @@ func (m *middleware) handle(c *gin.Context) {
 			m.tel.end(ctx, span, route, OutcomeError, false, derr)
 			m.cfg.log.ErrorContext(origCtx, "ginlock: unreadable replay record", "key_hash", hashKey(key), "route", route)
 			m.reject(c, http.StatusInternalServerError, derr)
-		case rec.fingerprint != fp:
+		case rec.fingerprint != fp && !(rec.legacy && rec.fingerprint == legacyFP):
 			m.tel.end(ctx, span, route, OutcomeMismatch, false, nil)
 			m.reject(c, http.StatusUnprocessableEntity, ErrMismatch)
 		default:

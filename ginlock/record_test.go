@@ -2,10 +2,22 @@ package ginlock
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
+	"github.com/lockguard/lockguard/keyfunc"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -49,4 +61,70 @@ func FuzzRecord(f *testing.F) {
 			t.Fatalf("re-encoding %x changed it: %+v -> %+v (%v)", b, r, again, err)
 		}
 	})
+}
+
+// A record stored by a release before version 2 (fingerprint of method, route and body only)
+// is still within its retention after an upgrade or during a rolling deploy: the client's
+// retry of exactly the same request gets the replay, not 422 (a client that treats 422 as
+// "use a new key" would pay twice).
+func TestVersion1RecordReplays(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	locks := dlock.New(rdb)
+	t.Cleanup(func() { _ = locks.Close() })
+
+	r := gin.New()
+	var runs atomic.Int32
+	r.POST("/payments", New(locks, keyfunc.Join(keyfunc.IdempotencyKey())), func(c *gin.Context) {
+		runs.Add(1)
+		c.JSON(http.StatusCreated, gin.H{"id": 1})
+	})
+	body := `{"amount":1}`
+	send := func() *httptest.ResponseRecorder {
+		q := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
+		q.Header.Set(keyfunc.IdempotencyKeyHeader, "k-old")
+		w := httptest.NewRecorder()
+		r.ServeHTTP(w, q)
+		return w
+	}
+	if w := send(); w.Code != http.StatusCreated {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+
+	// Rewrite the stored record as a version 1 release wrote it: same layout, version 1,
+	// fingerprint = SHA-256 of method, route and canonical body.
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, "*:done").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("done keys %v, %v", keys, err)
+	}
+	raw, err := rdb.Get(ctx, keys[0]).Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := unmarshalRecord(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bh, err := bodyHash.Key(&keyfunc.MapSource{Payload: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	for _, s := range []string{http.MethodPost, "/payments", bh} {
+		h.Write(binary.AppendUvarint(nil, uint64(len(s))))
+		h.Write([]byte(s))
+	}
+	h.Sum(rec.fingerprint[:0])
+	v1 := rec.marshal()
+	v1[0] = 1 // the layout is the same; only the fingerprint differs
+	if err := rdb.SetArgs(ctx, keys[0], v1, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	w := send()
+	if w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "true" || runs.Load() != 1 {
+		t.Fatalf("retry of a request stored by the previous release: %d %s (replayed %q, runs %d); want the replay",
+			w.Code, w.Body, w.Header().Get(ReplayedHeader), runs.Load())
+	}
 }

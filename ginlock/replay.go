@@ -17,35 +17,45 @@ const ReplayedHeader = "Idempotent-Replayed"
 // bytes otherwise), so the fingerprint ignores what JSON does not mean: key order, spacing.
 var bodyHash = keyfunc.Join(keyfunc.BodyHash())
 
-// fingerprint identifies what a request asks for: SHA-256 of method, route, path (so path
-// parameters count), query (parameters sorted by name) and canonical body. A replay is
-// served only to a request with the same fingerprint.
-func fingerprint(c *gin.Context, src *Source) ([sha256.Size]byte, error) {
+// fingerprint identifies what a request asks for: SHA-256 of method, route, path (decoded,
+// as Gin routes it, so path parameters count however they are spelled), query (decoded,
+// parameters sorted by name) and canonical body. A replay is served only to a request with
+// the same fingerprint. legacy is the fingerprint records of version 1 hold: method, route
+// and body only.
+func fingerprint(c *gin.Context, src *Source) (fp, legacy [sha256.Size]byte, err error) {
 	body, err := bodyHash.Key(src)
 	if err != nil {
-		return [sha256.Size]byte{}, err
+		return fp, legacy, err
 	}
 	u := c.Request.URL
+	return sumFields(c.Request.Method, c.FullPath(), u.Path, u.Query().Encode(), body),
+		sumFields(c.Request.Method, c.FullPath(), body), nil
+}
+
+// sumFields is the SHA-256 of fields, each preceded by its length.
+func sumFields(fields ...string) (sum [sha256.Size]byte) {
 	h := sha256.New()
-	for _, s := range []string{c.Request.Method, c.FullPath(), u.EscapedPath(), u.Query().Encode(), body} {
+	for _, s := range fields {
 		h.Write(binary.AppendUvarint(nil, uint64(len(s))))
 		h.Write([]byte(s))
 	}
-	var fp [sha256.Size]byte
-	h.Sum(fp[:0])
-	return fp, nil
+	h.Sum(sum[:0])
+	return sum
 }
 
 // record is a stored response.
 type record struct {
 	fingerprint [sha256.Size]byte
+	legacy      bool // a version 1 record: its fingerprint has no path and query
 	status      int
 	header      http.Header
 	body        []byte
 }
 
 // recordVersion starts every encoded record, so a later layout can tell old records apart.
-const recordVersion = 1
+// Version 2 added path and query to the fingerprint; version 1 records, written by earlier
+// releases and kept for their retention, are still read and matched the old way.
+const recordVersion = 2
 
 // Layout: version, fingerprint, uvarint status, uvarint header count, per header its name and
 // uvarint value count and values (strings as uvarint length + bytes), then the body.
@@ -71,10 +81,11 @@ func appendString(b []byte, s string) []byte {
 
 func unmarshalRecord(b []byte) (*record, error) {
 	d := decoder{b: b}
-	if d.byte() != recordVersion {
+	v := d.byte()
+	if v != recordVersion && v != 1 {
 		return nil, ErrBadRecord
 	}
-	r := &record{}
+	r := &record{legacy: v == 1}
 	copy(r.fingerprint[:], d.bytes(sha256.Size))
 	r.status = int(d.uvarint(999))
 	n := d.uvarint(uint64(len(d.b)))

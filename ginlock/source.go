@@ -24,7 +24,9 @@ import (
 //   - KindForm: fields of a multipart/form-data body (files are ignored); keyfunc itself
 //     parses application/x-www-form-urlencoded bodies;
 //   - KindMeta: keyfunc.MetaMethod, keyfunc.MetaRoute (c.FullPath(), absent for unmatched
-//     routes) and keyfunc.MetaPath (the path as sent, escaped: /a%2Fb and /a/b differ);
+//     routes) and keyfunc.MetaPath (the decoded path, as Gin routes it: /accounts/%31 and
+//     /accounts/1 reach the same handler, so they must share a lock; /a%2Fb and /a/b then
+//     share one too, which over-locks but never lets a request past a lock);
 //   - Context: the request context, except that string keys are looked up in the Gin
 //     context's Keys first (c.Set), so keyfunc.ContextValue("user") reads what an auth
 //     middleware stored with c.Set("user", id);
@@ -101,7 +103,7 @@ func (s *Source) Value(kind keyfunc.Kind, name string) (string, bool) {
 			route := c.FullPath()
 			return route, route != ""
 		case keyfunc.MetaPath:
-			return c.Request.URL.EscapedPath(), true
+			return c.Request.URL.Path, true
 		}
 	}
 	return "", false

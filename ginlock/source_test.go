@@ -41,14 +41,6 @@ func TestSourceValues(t *testing.T) {
 		t.Fatalf("key %q, %v; want %q", key, err, want)
 	}
 
-	// MetaPath is the path as sent: an escaped slash is not a slash.
-	path := keyfunc.Join(keyfunc.Meta(keyfunc.MetaPath))
-	k1, _ := keyOf(t, path, "/files/*name", httptest.NewRequest(http.MethodGet, "/files/a%2Fb", nil), 0)
-	k2, _ := keyOf(t, path, "/files/*name", httptest.NewRequest(http.MethodGet, "/files/a/b", nil), 0)
-	if k1 == k2 || k1 == "" {
-		t.Fatalf("paths /files/a%%2Fb and /files/a/b give keys %q and %q, want two different keys", k1, k2)
-	}
-
 	_, err = keyOf(t, keyfunc.Join(keyfunc.Query("missing")), "/items/:id", httptest.NewRequest("GET", "/items/1", nil), 0)
 	var pe *keyfunc.PartError
 	if !errors.As(err, &pe) || pe.Part != "missing" || !errors.Is(err, keyfunc.ErrMissing) {

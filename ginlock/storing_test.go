@@ -5,11 +5,13 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -112,6 +114,14 @@ func TestRequestWithoutOptionalKeyIsNotReplayed(t *testing.T) {
 	}
 }
 
+// exportRequest is alice's POST /export with Idempotency-Key key.
+func exportRequest(key string) *http.Request {
+	q := httptest.NewRequest(http.MethodPost, "/export", strings.NewReader(`{}`))
+	q.Header.Set("X-User", "alice")
+	q.Header.Set(keyfunc.IdempotencyKeyHeader, key)
+	return q
+}
+
 // brokenConn is a client connection that breaks after limit bytes of body.
 type brokenConn struct {
 	*httptest.ResponseRecorder
@@ -142,19 +152,13 @@ func TestResponseStoredAsWritten(t *testing.T) {
 		c.String(http.StatusOK, full)
 	})
 	key := idemKey(t)
-	newReq := func() *http.Request {
-		q := httptest.NewRequest(http.MethodPost, "/export", strings.NewReader(`{}`))
-		q.Header.Set("X-User", "alice")
-		q.Header.Set(keyfunc.IdempotencyKeyHeader, key)
-		return q
-	}
 	cut := &brokenConn{ResponseRecorder: httptest.NewRecorder(), limit: 25}
-	r.ServeHTTP(cut, newReq())
+	r.ServeHTTP(cut, exportRequest(key))
 	if cut.Body.Len() != 25 {
 		t.Fatalf("the first client got %d bytes, want 25", cut.Body.Len())
 	}
 	w := httptest.NewRecorder()
-	r.ServeHTTP(w, newReq())
+	r.ServeHTTP(w, exportRequest(key))
 	if w.Header().Get(ginlock.ReplayedHeader) != "true" || w.Body.String() != full || runs.Load() != 1 {
 		t.Fatalf("retry: replayed %q, %d bytes, after %d runs; want the full replay after 1",
 			w.Header().Get(ginlock.ReplayedHeader), w.Body.Len(), runs.Load())
@@ -200,6 +204,7 @@ func TestDefaultReplayStatuses(t *testing.T) {
 		stored bool
 	}{
 		{http.StatusSeeOther, true},
+		{http.StatusNotModified, false},
 		{http.StatusUnprocessableEntity, true},
 		{http.StatusRequestTimeout, false},
 		{http.StatusConflict, false},
@@ -226,5 +231,185 @@ func TestDefaultReplayStatuses(t *testing.T) {
 				t.Fatalf("replayed Location %q", w.Header().Get("Location"))
 			}
 		})
+	}
+}
+
+// gzipMW does what gin-contrib/gzip's handler does: for a client that accepts gzip it sets
+// Content-Encoding and Vary *before* c.Next() and wraps c.Writer with a compressing writer.
+func gzipMW(c *gin.Context) {
+	if !strings.Contains(c.GetHeader("Accept-Encoding"), "gzip") {
+		c.Next()
+		return
+	}
+	gz := gzip.NewWriter(c.Writer)
+	c.Header("Content-Encoding", "gzip")
+	c.Header("Vary", "Accept-Encoding")
+	c.Writer = &gzWriter{ResponseWriter: c.Writer, gz: gz}
+	defer gz.Close()
+	c.Next()
+}
+
+type gzWriter struct {
+	gin.ResponseWriter
+	gz *gzip.Writer
+}
+
+func (w *gzWriter) Write(p []byte) (int, error)       { return w.gz.Write(p) }
+func (w *gzWriter) WriteString(s string) (int, error) { return w.gz.Write([]byte(s)) }
+
+// With compression outside ginlock (r.Use(gzip.Gzip(...)), the usual setup), the body ginlock
+// keeps is the plain one: the Content-Encoding the outer middleware set before the chain ran
+// is not stored with it. A retry from a client that does not accept gzip gets plain JSON
+// without the header, and one that does gets it compressed again by the outer middleware.
+func TestOuterCompressionIsNotStored(t *testing.T) {
+	e := setup(t)
+	r := router()
+	r.Use(gzipMW)
+	var runs atomic.Int32
+	r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		runs.Add(1)
+		c.JSON(http.StatusCreated, gin.H{"id": 42})
+	})
+	key := idemKey(t)
+	first := do(r, req{path: "/payments", body: `{"amount":1}`, user: "alice", key: key,
+		header: map[string]string{"Accept-Encoding": "gzip"}})
+	if first.Code != http.StatusCreated || first.Header().Get("Content-Encoding") != "gzip" {
+		t.Fatalf("first: %d, Content-Encoding %q", first.Code, first.Header().Get("Content-Encoding"))
+	}
+	// Retry from a client (or proxy) that does not ask for gzip.
+	w := do(r, req{path: "/payments", body: `{"amount":1}`, user: "alice", key: key})
+	if w.Header().Get(ginlock.ReplayedHeader) != "true" || runs.Load() != 1 {
+		t.Fatalf("retry: replayed %q, runs %d", w.Header().Get(ginlock.ReplayedHeader), runs.Load())
+	}
+	if ce := w.Header().Get("Content-Encoding"); ce != "" {
+		t.Fatalf("replay to a client without Accept-Encoding: Content-Encoding %q on body %q (not gzip data)", ce, w.Body.String())
+	}
+}
+
+// A request without the (Optional) Idempotency-Key is never replayed, also with an explicit
+// WithReplay (the way to change the retention): keyless requests must not share the "~"
+// key's stored response.
+func TestExplicitReplayWithoutKeyRuns(t *testing.T) {
+	e := setup(t)
+	optKey := keyfunc.Join(keyfunc.IdempotencyKey().Optional()).Scope(keyfunc.ContextValue(userKey{}).Named("user"))
+	r := router()
+	var runs atomic.Int32
+	r.POST("/payments", ginlock.New(e.locks, optKey, ginlock.WithReplay(time.Hour)), func(c *gin.Context) {
+		c.JSON(http.StatusCreated, gin.H{"payment": runs.Add(1)})
+	})
+	for i, body := range []string{`{"amount":5}`, `{"amount":5}`, `{"amount":7}`} {
+		w := do(r, req{path: "/payments", body: body, user: "alice"})
+		if w.Code != http.StatusCreated || w.Header().Get(ginlock.ReplayedHeader) != "" {
+			t.Errorf("keyless payment %d with WithReplay(1h): %d (replayed %q) %s; want a fresh 201",
+				i, w.Code, w.Header().Get(ginlock.ReplayedHeader), w.Body)
+		}
+	}
+	if runs.Load() != 3 {
+		t.Fatalf("three keyless payments ran %d times", runs.Load())
+	}
+}
+
+// An Idempotency-Key header sent empty counts as no key for a raw Header part: such requests
+// are not replayed to each other.
+func TestEmptyIdempotencyKeyHeaderIsNoKey(t *testing.T) {
+	e := setup(t)
+	rawKey := keyfunc.Join(keyfunc.Header(keyfunc.IdempotencyKeyHeader).Optional()).
+		Scope(keyfunc.ContextValue(userKey{}).Named("user"))
+	r := router()
+	var runs atomic.Int32
+	r.POST("/payments", ginlock.New(e.locks, rawKey), func(c *gin.Context) {
+		c.JSON(http.StatusCreated, gin.H{"payment": runs.Add(1)})
+	})
+	for i := range 2 {
+		w := do(r, req{path: "/payments", body: `{"amount":5}`, user: "alice",
+			header: map[string]string{keyfunc.IdempotencyKeyHeader: ""}})
+		if w.Code != http.StatusCreated || w.Header().Get(ginlock.ReplayedHeader) != "" {
+			t.Fatalf("payment %d with an empty key: %d (replayed %q)", i, w.Code, w.Header().Get(ginlock.ReplayedHeader))
+		}
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("two payments with an empty key ran %d times", runs.Load())
+	}
+}
+
+// gin routes by the decoded path (UseRawPath is off by default): /accounts/%31/withdraw and
+// /accounts/1/withdraw reach the same handler with c.Param("id") = "1", so a MetaPath lock
+// must give them one key, or a client spelling the path differently would run the handler
+// alongside the locked one.
+func TestPathSpellingSharesLock(t *testing.T) {
+	e := setup(t)
+	r := router()
+	pathKey := keyfunc.Join(keyfunc.Meta(keyfunc.MetaPath))
+	started, release := make(chan struct{}), make(chan struct{})
+	var running, overlap atomic.Int32
+	r.POST("/accounts/:id/withdraw", ginlock.New(e.locks, pathKey), func(c *gin.Context) {
+		if running.Add(1) > 1 {
+			overlap.Add(1)
+		}
+		defer running.Add(-1)
+		select {
+		case started <- struct{}{}:
+			<-release
+		default:
+		}
+		c.JSON(http.StatusOK, gin.H{"account": c.Param("id")})
+	})
+	done := make(chan int)
+	go func() { done <- do(r, req{path: "/accounts/1/withdraw", body: `{}`}).Code }()
+	select {
+	case <-started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("first request did not start")
+	}
+	w := do(r, req{path: "/accounts/%31/withdraw", body: `{}`})
+	close(release)
+	<-done
+	if w.Code != http.StatusConflict || overlap.Load() != 0 {
+		t.Fatalf("same account, path spelled /accounts/%%31/withdraw, while /accounts/1/withdraw holds the lock: %d %s, %d overlapping runs; want 409",
+			w.Code, w.Body, overlap.Load())
+	}
+}
+
+// Two spellings of the same URI (RFC 3986 6.2.2.2: %31 is "1") route to the same handler
+// with the same c.Param("id"): the retry gets the replay, not 422.
+func TestFingerprintIgnoresPathSpelling(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	r.POST("/accounts/:id/withdraw", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		runs.Add(1)
+		c.JSON(http.StatusCreated, gin.H{"account": c.Param("id")})
+	})
+	key := idemKey(t)
+	if w := do(r, req{path: "/accounts/%31/withdraw", body: `{}`, user: "alice", key: key}); w.Code != http.StatusCreated ||
+		w.Body.String() != `{"account":"1"}` {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	w := do(r, req{path: "/accounts/1/withdraw", body: `{}`, user: "alice", key: key})
+	if w.Code != http.StatusCreated || w.Header().Get(ginlock.ReplayedHeader) != "true" {
+		t.Fatalf("same request, path spelled /accounts/1/withdraw: %d %s; want the replay", w.Code, w.Body)
+	}
+}
+
+// gin's renderers that copy (c.DataFromReader, c.File, c.Stream) stop at the first failed
+// write, so after a broken client connection the recorder holds a prefix. It is not stored as
+// the complete response (its Content-Length says it is short): the retry runs the handler.
+func TestCutStreamIsNotStored(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	full := strings.Repeat("x", 100_000) // several io.Copy chunks (32 KiB each)
+	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		runs.Add(1)
+		c.DataFromReader(http.StatusOK, int64(len(full)), "text/plain", struct{ io.Reader }{strings.NewReader(full)}, nil) // a file or upstream body, not a WriterTo
+	})
+	key := idemKey(t)
+	r.ServeHTTP(&brokenConn{ResponseRecorder: httptest.NewRecorder(), limit: 25}, exportRequest(key))
+
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, exportRequest(key))
+	if w.Header().Get(ginlock.ReplayedHeader) != "" || w.Body.Len() != len(full) || runs.Load() != 2 {
+		t.Fatalf("retry: %d with %d of %d body bytes, replayed %q, after %d runs; want the handler to run again",
+			w.Code, w.Body.Len(), len(full), w.Header().Get(ginlock.ReplayedHeader), runs.Load())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 )
@@ -11,20 +12,26 @@ import (
 // recorder passes every write through to the client and keeps a copy of what the replay
 // record needs: the chosen headers as they were when the response started, and the body up
 // to a cap. A response over the cap or a hijacked connection is not stored. The copy is what
-// the handler wrote, whether or not the client received it: a client that went away
-// mid-response gets the whole response when it retries.
+// the handler wrote, whether or not the client received it, so a client that went away
+// mid-response gets the whole response when it retries, as long as the recorder can tell the
+// handler wrote all of it (see complete). A Content-Encoding set before the chain ran (a
+// compressing middleware outside ginlock) is not kept: the body kept here is not encoded.
 type recorder struct {
 	gin.ResponseWriter
-	names    []string // header names to keep, canonical
-	max      int
-	header   http.Header // the kept headers, taken when the response started
-	body     []byte
-	overflow bool
-	hijacked bool
+	names         []string // header names to keep, canonical
+	max           int
+	outerEncoding bool        // Content-Encoding was set outside the chain
+	header        http.Header // the kept headers, taken when the response started
+	body          []byte
+	writes        int  // Write calls with a body
+	writeFailed   bool // a write to the client failed
+	overflow      bool
+	hijacked      bool
 }
 
 func newRecorder(w gin.ResponseWriter, names []string, max int) *recorder {
-	return &recorder{ResponseWriter: w, names: names, max: max}
+	_, outer := w.Header()["Content-Encoding"]
+	return &recorder{ResponseWriter: w, names: names, max: max, outerEncoding: outer}
 }
 
 // started takes the headers once, just before they go out.
@@ -38,6 +45,9 @@ func (w *recorder) keptHeaders() http.Header {
 	h := make(http.Header, len(w.names))
 	src := w.ResponseWriter.Header()
 	for _, n := range w.names {
+		if n == "Content-Encoding" && w.outerEncoding {
+			continue
+		}
 		if vs, ok := src[n]; ok {
 			h[n] = append([]string(nil), vs...)
 		}
@@ -64,13 +74,41 @@ func (w *recorder) WriteHeaderNow() {
 func (w *recorder) Write(p []byte) (int, error) {
 	w.started()
 	w.keep(p)
-	return w.ResponseWriter.Write(p)
+	n, err := w.ResponseWriter.Write(p)
+	w.wrote(len(p), err)
+	return n, err
 }
 
 func (w *recorder) WriteString(s string) (int, error) {
 	w.started()
 	w.keep([]byte(s))
-	return w.ResponseWriter.WriteString(s)
+	n, err := w.ResponseWriter.WriteString(s)
+	w.wrote(len(s), err)
+	return n, err
+}
+
+func (w *recorder) wrote(n int, err error) {
+	if n > 0 {
+		w.writes++
+	}
+	if err != nil {
+		w.writeFailed = true
+	}
+}
+
+// complete reports whether the kept body is all the handler meant to send. Without a failed
+// write it is. After one, the handler may have stopped writing (a stream, c.DataFromReader,
+// c.File): the body is complete when it has its Content-Length, or, without one, when the
+// handler wrote it in a single call (c.JSON, c.String, c.Data), which was kept whole.
+func (w *recorder) complete() bool {
+	if !w.writeFailed {
+		return true
+	}
+	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" {
+		n, err := strconv.Atoi(cl)
+		return err == nil && n == len(w.body)
+	}
+	return w.writes == 1
 }
 
 func (w *recorder) Flush() {
@@ -86,9 +124,9 @@ func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// record returns the response as sent so far, or false when it cannot be stored.
+// record returns the response the handler wrote, or false when it cannot be stored.
 func (w *recorder) record() (*record, bool) {
-	if w.overflow || w.hijacked {
+	if w.overflow || w.hijacked || !w.complete() {
 		return nil, false
 	}
 	h := w.header

@@ -41,7 +41,7 @@ func (k Kind) String() string {
 const (
 	MetaMethod    = "method"     // HTTP method, e.g. "POST"
 	MetaRoute     = "route"      // route pattern, e.g. "/orders/:id" (not the raw path)
-	MetaPath      = "path"       // raw request path
+	MetaPath      = "path"       // request path, in the form the adapter routes by (ginlock: decoded)
 	MetaTaskType  = "task.type"  // asynq task type name
 	MetaTaskQueue = "task.queue" // queue the task was taken from
 	MetaTaskID    = "task.id"    // task id
