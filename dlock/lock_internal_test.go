@@ -180,7 +180,7 @@ func (b *gateBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 // once. The watchdog takes the lease up again after the Refresh.
 func TestRefreshAndWatchdogDoNotCross(t *testing.T) {
 	srv := redistest.Start(t)
-	c := New(srv.Client(t), WithLease(900*time.Millisecond)) // renewed every 300 ms
+	c := New(srv.Client(t), WithLease(1500*time.Millisecond)) // renewed every 500 ms
 	defer c.Close()
 	gb := &gateBackend{backend: c.be, refreshIn: make(chan struct{}), open: make(chan struct{})}
 	c.be = gb
@@ -194,7 +194,7 @@ func TestRefreshAndWatchdogDoNotCross(t *testing.T) {
 	refreshed := make(chan error, 1)
 	go func() { refreshed <- lk.Refresh(context.WithValue(ctx, refreshMark{}, true), 2*time.Second) }()
 	<-gb.refreshIn
-	time.Sleep(400 * time.Millisecond) // the watchdog's renewal came due meanwhile
+	time.Sleep(600 * time.Millisecond) // the watchdog's renewal came due meanwhile
 	renewAt := func() time.Time {
 		lk.l.mu.Lock()
 		defer lk.l.mu.Unlock()
@@ -213,10 +213,10 @@ func TestRefreshAndWatchdogDoNotCross(t *testing.T) {
 	if n := gb.crossing.Load(); n != 0 {
 		t.Fatalf("the watchdog sent %d renewals while the Refresh was in flight", n)
 	}
-	if skips > 20 { // one retry per ttl/20 (45 ms) makes about 5
+	if skips > 20 { // one retry per ttl/20 (75 ms) makes about 3
 		t.Fatalf("the watchdog skipped the lease %d times in 200 ms: it spins while a Refresh is in flight", skips)
 	}
-	time.Sleep(1500 * time.Millisecond) // past the 900 ms lease: renewals resumed
+	time.Sleep(2500 * time.Millisecond) // past the Refresh's 2 s lease: renewals resumed
 	if err := lk.Err(); err != nil {
 		t.Fatalf("lock lost after the Refresh: %v", err)
 	}
@@ -292,5 +292,67 @@ func TestHandedOffLockSurvivesOneFailedRenewal(t *testing.T) {
 	}
 	if fr.n.Load() >= 0 {
 		t.Fatal("the injected failure was not reached: no renewal happened")
+	}
+}
+
+// reentryFirst makes a re-entry's script run in Redis before the outer hold's release
+// script, while the re-entry's reply (and so its local hold count) is held back until open.
+type reentryFirst struct {
+	backend
+	reentered, open chan struct{}
+}
+
+func (b *reentryFirst) reenter(ctx context.Context, key, owner, entry string) (int, error) {
+	n, err := b.backend.reenter(ctx, key, owner, entry)
+	close(b.reentered)
+	<-b.open
+	return n, err
+}
+
+func (b *reentryFirst) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
+	if r.entry == "1" {
+		<-b.reentered
+	}
+	return b.backend.release(ctx, r)
+}
+
+// A re-entry (from a goroutine given the WithLock context) whose script reaches Redis just
+// before the outer Release's: the server answers "1 hold left", so the release was not the
+// last one after all. The re-entrant hold must go on being renewed, not be lost at the end of
+// the lease while its holder is alive and Redis is healthy.
+func TestReentryDuringReleaseKeepsRenewal(t *testing.T) {
+	srv := redistest.Start(t)
+	c := New(srv.Client(t), WithLease(600*time.Millisecond)) // renewed every 200 ms
+	defer c.Close()
+	rf := &reentryFirst{backend: c.be, reentered: make(chan struct{}), open: make(chan struct{})}
+	c.be = rf
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	outer, err := c.Acquire(ctx, t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lk  *Lock
+		err error
+	}
+	inner := make(chan result, 1)
+	go func() {
+		lk, err := c.Acquire(WithLock(ctx, outer), t.Name()) // re-entry
+		inner <- result{lk, err}
+	}()
+	<-rf.reentered
+	if err := outer.Release(ctx); err != nil {
+		t.Fatalf("outer Release: %v", err)
+	}
+	close(rf.open)
+	r := <-inner
+	if r.err != nil {
+		t.Fatalf("re-entry: %v", r.err)
+	}
+	defer func() { _ = r.lk.Release(ctx) }()
+	time.Sleep(1500 * time.Millisecond) // 2.5 leases
+	if err := r.lk.Err(); err != nil {
+		t.Fatalf("re-entrant hold lost while held, Redis healthy: %v", err)
 	}
 }

@@ -174,15 +174,15 @@ func TestRefreshShortTTLMovesRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = lk.Release(ctx) }()
-	if err := lk.Refresh(ctx, 200*time.Millisecond); err != nil {
+	if err := lk.Refresh(ctx, 500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(600 * time.Millisecond) // 3 refreshed leases, well before the second is up
+	time.Sleep(800 * time.Millisecond) // past the refreshed lease, before the second is up
 	if lk2, err := newClient(t, rdb).TryAcquire(ctx, key); err == nil {
 		_ = lk2.Release(ctx)
-		t.Fatalf("another client took the lock 600 ms after Refresh(200ms); holder Err: %v", lk.Err())
+		t.Fatalf("another client took the lock 800 ms after Refresh(500ms); holder Err: %v", lk.Err())
 	}
 	if err := lk.Err(); err != nil {
-		t.Fatalf("lock lost after Refresh(200ms): %v", err)
+		t.Fatalf("lock lost after Refresh(500ms): %v", err)
 	}
 }
