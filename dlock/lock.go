@@ -190,10 +190,11 @@ func (lk *Lock) Err() error {
 
 // Release releases this hold. The key is freed (and handed to the next waiter, if any) when
 // the last hold of the lease is released. It returns ErrNotHeld for a hold already released,
-// an error matching ErrLockLost (and ErrNotHeld) when the lease was lost before (the last
-// hold of a lease lost on our clock is still freed in Redis if Redis has it as ours), and an
-// error matching ErrUnavailable when Redis could not be reached; in that last case the lock is no
-// longer renewed and expires at the end of its lease. Pass context.WithoutCancel of an ended
+// an error matching ErrLockLost (and ErrNotHeld) when the lease was lost before (a lease lost
+// on our clock only, which runs ahead of Redis's, still has the hold taken off in Redis, so
+// the last one frees the lock there if Redis has it as ours), and an error matching
+// ErrUnavailable when Redis could not be reached; in that last case the lock is no longer
+// renewed and expires at the end of its lease. Pass context.WithoutCancel of an ended
 // context to release anyway: a context that cannot end is bounded by the Redis client's
 // timeouts, or by 5 s when it has none (ReadTimeout -1).
 func (lk *Lock) Release(ctx context.Context) error {

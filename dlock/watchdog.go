@@ -253,9 +253,7 @@ func (w *watchdog) renew(due []*lease) {
 				w.remove(l) // a handed-off fixed lease needs only its confirmation
 			}
 		default:
-			if !l.end(lost("renewal found the lock gone or owned by another owner")) {
-				w.remove(l) // ended before (it should not be here): never renew it again
-			}
+			l.end(lost("renewal found the lock gone or owned by another owner"))
 		}
 	}
 	if err != nil {

@@ -56,7 +56,8 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFun
 		m.key = key.Scope(keyfunc.Meta(keyfunc.MetaMethod).Named("method"),
 			keyfunc.Meta(keyfunc.MetaRoute).Named("route").Optional())
 		m.replayOpts = append(append(m.replayOpts, m.lockOpts...), dlock.SkipCompleted())
-		// The body is stored as it went out: without its coding it cannot be read back.
+		// A body the chain encoded cannot be read back without its coding (the recorder
+		// leaves out a Content-Encoding set outside the chain, where the body is not encoded).
 		m.headers = cfg.headers
 		if !slices.Contains(m.headers, "Content-Encoding") {
 			m.headers = append(slices.Clip(m.headers), "Content-Encoding")
