@@ -137,9 +137,7 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 		m.log.DebugContext(ctx, "asynqlock: task already done, acknowledged without running",
 			"task_type", task.Type(), "key_hash", hashKey(key), "done_by", string(ce.Record))
 		return nil, OutcomeReplayed, nil
-	case errors.Is(err, dlock.ErrNotObtained), errors.Is(err, dlock.ErrLockLost):
-		// Lost while obtained: a hand-off that ran out before it could be confirmed. The task
-		// never held the lock, so it is busy like any other, not failed.
+	case errors.Is(err, dlock.ErrNotObtained):
 		locked := &ErrLocked{Key: key, RetryIn: m.cfg.retryIn}
 		if m.cfg.busy != nil {
 			return nil, OutcomeBusy, fmt.Errorf("%w: %w", locked, m.cfg.busy)

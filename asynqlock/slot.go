@@ -32,9 +32,11 @@ func Slot(period time.Duration) keyfunc.Part { return SlotIn(period, time.UTC) }
 // SlotIn is Slot for a schedule kept in loc (asynq.SchedulerOpts.Location, CRON_TZ): slots
 // of whole days (period a multiple of 24 h) start at loc's midnights, counted in calendar
 // days, so a daily job at 01:30 local time gets a slot per day across daylight saving
-// changes (UTC days would put two of its runs in one slot once a year, and skip one).
-// Shorter periods are the same as Slot's. A nil loc means UTC. It panics if period is not
-// positive.
+// changes (UTC days would put two of its runs in one slot once a year, and skip one); a
+// period that divides a day (6 h, 15 min) splits each local day by its wall clock, for the
+// same reason. A day without a midnight (some zones start daylight saving at 00:00) starts
+// at its first instant. Other periods are the same as Slot's. A nil loc means UTC. It panics
+// if period is not positive.
 func SlotIn(period time.Duration, loc *time.Location) keyfunc.Part {
 	if period <= 0 {
 		panic("asynqlock: Slot period must be positive")
@@ -73,19 +75,47 @@ func slotLead(period time.Duration) time.Duration { return min(period/10, time.S
 // to which time.Truncate aligns, to January 1, 1970.
 const daysToUnixEpoch = 719162
 
-// slotStart is the start of the slot of period holding t: t truncated to period, or, for
-// whole days in a zone other than UTC, the midnight in loc that starts t's run of
-// period/24h calendar days, aligned like time.Truncate (weeks start on Mondays).
+// slotStart is the start of the slot of period holding t: t truncated to period, or, in a
+// zone other than UTC, counted by loc's calendar and wall clock, so that a schedule kept in
+// loc keeps one slot per tick across daylight saving changes: whole days start at loc's
+// midnight (a run of period/24h calendar days, aligned like time.Truncate, so weeks start on
+// Mondays), and periods that divide a day split the local day by its wall clock. Other
+// periods are truncated as in UTC.
 func slotStart(t time.Time, period time.Duration, loc *time.Location) time.Time {
 	const day = 24 * time.Hour
-	if loc == time.UTC || period%day != 0 {
+	switch {
+	case loc == time.UTC || period%day != 0 && day%period != 0:
 		return t.Truncate(period)
+	case period < day:
+		lt := t.In(loc)
+		wall := time.Duration(lt.Hour())*time.Hour + time.Duration(lt.Minute())*time.Minute +
+			time.Duration(lt.Second())*time.Second + time.Duration(lt.Nanosecond())
+		y, m, d := lt.Date()
+		return localTime(y, m, d, wall-wall%period, loc)
 	}
 	y, m, d := t.In(loc).Date()
 	days := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix()/86400 + daysToUnixEpoch
-	days -= days % int64(period/day)
+	n := int64(period / day)
+	days -= (days%n + n) % n // floored: before year 1 too
 	y, m, d = time.Unix((days-daysToUnixEpoch)*86400, 0).UTC().Date()
-	return time.Date(y, m, d, 0, 0, 0, 0, loc)
+	return localTime(y, m, d, 0, loc)
+}
+
+// localTime is the instant of wall time wall on day y-m-d in loc. A wall time that day does
+// not have (a daylight saving gap; some zones skip midnight itself) gives the first instant
+// of that day's clock at or after it.
+func localTime(y int, m time.Month, d int, wall time.Duration, loc *time.Location) time.Time {
+	t := time.Date(y, m, d, 0, 0, 0, int(wall), loc)
+	for range 8 {
+		lt := t.In(loc)
+		ly, lm, ld := lt.Date()
+		if ly == y && lm == m && ld == d && lt.Sub(time.Date(y, m, d, 0, 0, 0, 0, loc)) >= 0 &&
+			time.Duration(lt.Hour())*time.Hour+time.Duration(lt.Minute())*time.Minute >= wall.Truncate(time.Minute) {
+			break
+		}
+		t = t.Add(15 * time.Minute)
+	}
+	return t
 }
 
 // OncePerSlot makes the task run once per schedule slot of period across every server that
@@ -102,8 +132,9 @@ func OncePerSlot(period time.Duration) Option {
 	return optionFunc(func(c *config) { c.slot = period })
 }
 
-// WithSlotLocation makes OncePerSlot count slots of whole days in loc, the time zone the
-// schedule is kept in (see SlotIn). Default UTC, asynq.Scheduler's default Location.
+// WithSlotLocation makes OncePerSlot count slots in loc, the time zone the schedule is kept
+// in: whole days by loc's calendar, periods that divide a day by its wall clock (see SlotIn).
+// Default UTC, asynq.Scheduler's default Location.
 func WithSlotLocation(loc *time.Location) Option {
 	return optionFunc(func(c *config) { c.slotLoc = loc })
 }
