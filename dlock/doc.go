@@ -21,7 +21,9 @@
 //     the first live waiter and tells it with one pub/sub message (sharded on a Cluster), so a
 //     waiter is not starved by a holder re-acquiring in a loop, and needs no extra round trip.
 //     A waiter that stops heartbeating (its process died) is dropped after three retry
-//     intervals; a waiter whose context ends leaves the line at once.
+//     intervals; a waiter whose context ends leaves the line at once; a waiter paused past
+//     the short lease of a hand-off, which then went on, ignores the stale message and
+//     queues again.
 //   - Locks without WithTTL are renewed by one watchdog loop per Client, every lease/3, many
 //     locks per script call, pipelined. Renewal stops the moment the lock is released.
 //   - Lost locks are reported: Done closes and the context from WithLock is cancelled with
