@@ -23,7 +23,8 @@
 // RetryIn, or asynq.SkipRetry / asynq.RevokeTask with WithBusy. With WithDoneMarker a
 // successful task records its key as done in the same atomic step that releases the lock,
 // and later tasks with that key are acknowledged without running. OncePerSlot adds the
-// schedule slot to the key and turns the done marker on.
+// schedule slot to the key and turns the done marker on; WithSlotLocation counts the slots
+// in the schedule's time zone, so daylight saving changes neither skip nor repeat a run.
 //
 // Each task gets an asynqlock.lock span (a child of the enqueuing request's span when the
 // task was made with NewTask), with the outcome and a hash of the key as attributes.
