@@ -147,6 +147,21 @@ func TestEndedLeaseIsNotWatched(t *testing.T) {
 	}
 }
 
+// testClient is a Client with lease on a fresh Redis, closed when the test ends, whose
+// backend wrap replaces (nil: as is), and a context for the test.
+func testClient(t *testing.T, lease time.Duration, wrap func(backend) backend) (*Client, *redistest.Server, context.Context) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := New(srv.Client(t), WithLease(lease))
+	t.Cleanup(func() { _ = c.Close() })
+	if wrap != nil {
+		c.be = wrap(c.be)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c, srv, ctx
+}
+
 // refreshMark marks the context of the Refresh that gateBackend holds back.
 type refreshMark struct{}
 
@@ -179,13 +194,9 @@ func (b *gateBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 // lease: a retry is not batched early (collect's ttl/10 slack), or it would be due again at
 // once. The watchdog takes the lease up again after the Refresh.
 func TestRefreshAndWatchdogDoNotCross(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.Client(t), WithLease(1500*time.Millisecond)) // renewed every 500 ms
-	defer c.Close()
-	gb := &gateBackend{backend: c.be, refreshIn: make(chan struct{}), open: make(chan struct{})}
-	c.be = gb
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	gb := &gateBackend{refreshIn: make(chan struct{}), open: make(chan struct{})}
+	c, _, ctx := testClient(t, 1500*time.Millisecond, // renewed every 500 ms
+		func(b backend) backend { gb.backend = b; return gb })
 	lk, err := c.Acquire(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -321,13 +332,9 @@ func (b *reentryFirst) release(ctx context.Context, r releaseRequest) (releaseRe
 // last one after all. The re-entrant hold must go on being renewed, not be lost at the end of
 // the lease while its holder is alive and Redis is healthy.
 func TestReentryDuringReleaseKeepsRenewal(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.Client(t), WithLease(600*time.Millisecond)) // renewed every 200 ms
-	defer c.Close()
-	rf := &reentryFirst{backend: c.be, reentered: make(chan struct{}), open: make(chan struct{})}
-	c.be = rf
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	rf := &reentryFirst{reentered: make(chan struct{}), open: make(chan struct{})}
+	c, _, ctx := testClient(t, 600*time.Millisecond, // renewed every 200 ms
+		func(b backend) backend { rf.backend = b; return rf })
 	outer, err := c.Acquire(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)

@@ -501,15 +501,15 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 	}
 	b.calls.Add(1)
 	b.mu.Unlock()
-	done := make(chan error, 1)
+	var err error
 	finished := make(chan struct{})
 	go func() {
 		defer b.calls.Done()
 		defer close(finished)
-		done <- fn(ctx)
+		err = fn(ctx)
 	}()
 	select {
-	case err := <-done:
+	case <-finished:
 		return err
 	case <-ctx.Done():
 		return &inFlightError{err: ctx.Err(), finished: finished}

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/lockguard/lockguard/internal/redistest"
 )
 
 // slowRenew stands in for a Redis that does not answer renewals (a network stall): every
@@ -33,13 +31,9 @@ var logf = func(string, ...any) {}
 // Refresh with a 100 ms context gives up after 100 ms, also while it waits for the watchdog's
 // batch renewal of the same lease (bounded only by a third of the lease) to be over.
 func TestRefreshHeedsContextDuringWatchdogBatch(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.Client(t), WithLease(6*time.Second)) // batch due at ~1.4 s, timeout 2 s
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	sb := &slowRenew{backend: c.be, inBatch: make(chan struct{}), start: time.Now()}
-	c.be = sb
+	sb := &slowRenew{inBatch: make(chan struct{}), start: time.Now()}
+	c, _, ctx := testClient(t, 6*time.Second, // batch due at ~1.4 s, timeout 2 s
+		func(b backend) backend { sb.backend = b; return sb })
 	logf = t.Logf
 	lk, err := c.Acquire(ctx, t.Name())
 	if err != nil {

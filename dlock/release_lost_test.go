@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/lockguard/lockguard/internal/redistest"
 )
 
 // appliedButFailed applies every renewal in Redis and then loses the reply (a timeout
@@ -24,13 +22,8 @@ func (b *appliedButFailed) renew(ctx context.Context, rs []renewal) ([]bool, err
 // after the loss is taken off in Redis too, so the last one frees the lock there, re-entrant
 // holds included, instead of leaving it held to the end of its lease.
 func TestReleaseOfLostLeaseFreesEveryHold(t *testing.T) {
-	srv := redistest.Start(t)
+	c, srv, ctx := testClient(t, 600*time.Millisecond, func(b backend) backend { return &appliedButFailed{backend: b} })
 	rdb := srv.Client(t)
-	c := New(rdb, WithLease(600*time.Millisecond))
-	defer c.Close()
-	c.be = &appliedButFailed{backend: c.be}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	key := t.Name()
 	outer, err := c.Acquire(ctx, key)
 	if err != nil {

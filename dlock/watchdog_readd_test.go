@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/lockguard/lockguard/internal/redistest"
 )
 
 // lostReenterReply runs the re-entry script but loses its reply (a connection reset after
@@ -44,13 +42,9 @@ func (b *lostReenterReply) renew(ctx context.Context, rs []renewal) ([]bool, err
 // is watched again. No hold is left locally, so the watchdog must not renew it back to back:
 // it retries later, and the clean-up ends the lease once it frees the lock.
 func TestReleasedLeaseDoesNotSpinWatchdog(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.Client(t), WithLease(3*time.Second)) // renewal due 1 s after the re-add
-	defer c.Close()
-	fb := &lostReenterReply{backend: c.be, gate: make(chan struct{})}
-	c.be = fb
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	fb := &lostReenterReply{gate: make(chan struct{})}
+	c, srv, ctx := testClient(t, 3*time.Second, // renewal due 1 s after the re-add
+		func(b backend) backend { fb.backend = b; return fb })
 	key := t.Name()
 
 	lk, err := c.Acquire(ctx, key)
