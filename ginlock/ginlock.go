@@ -2,7 +2,6 @@ package ginlock
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"net/http"
 	"slices"
@@ -110,9 +109,9 @@ func (m *middleware) handle(c *gin.Context) {
 		v, _ := src.Value(keyfunc.KindHeader, keyfunc.IdempotencyKeyHeader)
 		replaying = strings.Trim(v, " \t") != ""
 	}
-	var fp, legacyFP [sha256.Size]byte
+	var fp requestPrint
 	if err == nil && replaying {
-		fp, legacyFP, err = fingerprint(c, src)
+		fp, err = fingerprint(c, src)
 	}
 	if err != nil {
 		status := keyStatus(err)
@@ -140,7 +139,7 @@ func (m *middleware) handle(c *gin.Context) {
 			m.tel.end(ctx, span, route, OutcomeError, false, derr)
 			m.cfg.log.ErrorContext(origCtx, "ginlock: unreadable replay record", "key_hash", hashKey(key), "route", route)
 			m.reject(c, http.StatusInternalServerError, derr)
-		case rec.fingerprint != fp && !(rec.legacy && rec.fingerprint == legacyFP):
+		case !rec.matches(fp):
 			m.tel.end(ctx, span, route, OutcomeMismatch, false, nil)
 			m.reject(c, http.StatusUnprocessableEntity, ErrMismatch)
 		default:
@@ -191,7 +190,7 @@ func (m *middleware) reject(c *gin.Context, status int, err error) {
 
 // run calls the rest of the chain under lock, then stores the response or releases the lock,
 // also when the chain panics (the panic goes on to gin's recovery, nothing is stored).
-func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lock, replay bool, fp [sha256.Size]byte) {
+func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lock, replay bool, fp requestPrint) {
 	origWriter := c.Writer
 	var rec *recorder
 	if replay {
@@ -217,7 +216,7 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 // Release otherwise. Nothing is stored after a panic, once the lock was lost, or when a
 // ginlock middleware inside this one answered the request itself.
 func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock.Lock, rec *recorder,
-	fp [sha256.Size]byte, returned bool) {
+	fp requestPrint, returned bool) {
 	// Not the request's cancellation: a client that went away must not leave the lock held
 	// until its lease ends. dlock bounds a release whose context cannot end.
 	ctx := context.WithoutCancel(origCtx)
@@ -232,7 +231,7 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	}
 	if returned && rec != nil && !c.GetBool(rejectedKey{}) && m.cfg.storable(rec.ResponseWriter.Status()) {
 		if r, ok := rec.record(); ok {
-			r.fingerprint = fp
+			r.fingerprint = fp.sum()
 			if err := lock.Complete(ctx, r.marshal(), m.cfg.retention); err != nil {
 				m.cfg.log.WarnContext(origCtx, "ginlock: storing the response failed", "key_hash", hashKey(lock.Key()),
 					"route", c.FullPath(), "error", err)

@@ -17,19 +17,33 @@ const ReplayedHeader = "Idempotent-Replayed"
 // bytes otherwise), so the fingerprint ignores what JSON does not mean: key order, spacing.
 var bodyHash = keyfunc.Join(keyfunc.BodyHash())
 
-// fingerprint identifies what a request asks for: SHA-256 of method, route, path (decoded,
-// as Gin routes it, so path parameters count however they are spelled), query (decoded,
-// parameters sorted by name) and canonical body. A replay is served only to a request with
-// the same fingerprint. legacy is the fingerprint records of version 1 hold: method, route
-// and body only.
-func fingerprint(c *gin.Context, src *Source) (fp, legacy [sha256.Size]byte, err error) {
+// requestPrint is what a request asks for, as its fingerprint covers it: method, route, path
+// (decoded, as Gin routes it, so path parameters count however they are spelled), query
+// (decoded, parameters sorted by name) and canonical body. A replay is served only to a
+// request with the same fingerprint.
+type requestPrint struct{ method, route, path, query, body string }
+
+func fingerprint(c *gin.Context, src *Source) (requestPrint, error) {
 	body, err := bodyHash.Key(src)
 	if err != nil {
-		return fp, legacy, err
+		return requestPrint{}, err
 	}
 	u := c.Request.URL
-	return sumFields(c.Request.Method, c.FullPath(), u.Path, u.Query().Encode(), body),
-		sumFields(c.Request.Method, c.FullPath(), body), nil
+	return requestPrint{c.Request.Method, c.FullPath(), u.Path, u.Query().Encode(), body}, nil
+}
+
+// sum is the fingerprint stored with a response: SHA-256 of the print's fields.
+func (p requestPrint) sum() [sha256.Size]byte {
+	return sumFields(p.method, p.route, p.path, p.query, p.body)
+}
+
+// matches reports whether r was stored for a request with print p. A version 1 record's
+// fingerprint covers method, route and body only.
+func (r *record) matches(p requestPrint) bool {
+	if r.legacy {
+		return r.fingerprint == sumFields(p.method, p.route, p.body)
+	}
+	return r.fingerprint == p.sum()
 }
 
 // sumFields is the SHA-256 of fields, each preceded by its length.
