@@ -19,9 +19,18 @@ const idleClose = 10 * time.Second
 // needs no subscribe, confirmation and second look.
 const linger = time.Second
 
+// sendTimeout bounds one SUBSCRIBE or UNSUBSCRIBE, the dial of a new connection included.
+const sendTimeout = 5 * time.Second
+
 // subscriber shares one pub/sub connection among all waiters of a Client (one per hash slot
 // on a Cluster, where sharded pub/sub is bound to the slot's node). A channel is subscribed
 // while at least one local waiter listens on it, and for linger after the last one left.
+//
+// mu guards the maps and timers only and is never held across a call to Redis: a slow or
+// unreachable node delays the waiters that subscribe through it, not the hand-offs, messages
+// and listeners of other channels. The subscriptions a connection is to change are decided
+// under mu, queued in that order, and sent in that order by one goroutine per connection, so
+// an unsubscribe and a new subscribe of the same channel reach Redis as they were decided.
 type subscriber struct {
 	rdb     redis.UniversalClient
 	sharded bool
@@ -33,12 +42,27 @@ type subscriber struct {
 }
 
 type psConn struct {
+	slot  int
 	ps    *redis.PubSub
 	chans map[string]*chanState
 	idle  *time.Timer
+
+	queue   []*subOp // subscription changes not yet sent, oldest first
+	sending bool     // a goroutine is sending the queue
+	made    bool     // the first subscribe went through: the connection exists, dispatch runs
+	dropped bool     // taken out of conns (its first subscribe failed, idle, or closed)
+}
+
+// subOp is one SUBSCRIBE (cs != nil) or UNSUBSCRIBE of a channel, queued on a connection.
+type subOp struct {
+	channel string
+	cs      *chanState
+	done    chan struct{} // closed once sent; err is set before
+	err     error
 }
 
 type chanState struct {
+	sub       *subOp // the subscribe that made this channel state
 	ready     chan struct{}
 	listeners map[*chanListener]struct{}
 	linger    *time.Timer // set while the channel has no listener; ends the subscription
@@ -54,10 +78,10 @@ func (cs *chanState) keep() {
 
 type chanListener struct {
 	s       *subscriber
-	slot    int
+	conn    *psConn
+	cs      *chanState
 	channel string
 	owner   string
-	ready   chan struct{}
 	c       chan notice
 	once    sync.Once
 }
@@ -66,15 +90,18 @@ func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
 	return &subscriber{rdb: rdb, sharded: sharded, conns: map[int]*psConn{}}
 }
 
+// listen registers a listener of owner on channel, subscribing the channel first when this
+// process does not listen to it yet. It waits for that SUBSCRIBE to be sent (not confirmed:
+// the listener's Ready says when it is), or for ctx.
 func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner string) (listener, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil, ErrClosed
 	}
 	conn := s.conns[slot]
 	if conn == nil {
-		return s.connectLocked(ctx, channel, slot, owner)
+		conn = s.connLocked(slot)
 	}
 	if conn.idle != nil {
 		conn.idle.Stop()
@@ -82,58 +109,161 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 	}
 	cs := conn.chans[channel]
 	if cs == nil {
-		if err := s.subscribe(ctx, conn.ps, channel); err != nil {
-			s.idleLocked(slot, conn)
-			return nil, unavailable("subscribe", err)
-		}
-		cs = conn.add(channel)
+		cs = &chanState{ready: make(chan struct{}), listeners: map[*chanListener]struct{}{}}
+		cs.sub = &subOp{channel: channel, cs: cs, done: make(chan struct{})}
+		conn.chans[channel] = cs
+		s.queueLocked(conn, cs.sub)
 	}
 	cs.keep()
-	return s.addLocked(cs, channel, slot, owner), nil
-}
+	l := s.addLocked(conn, cs, channel, owner)
+	s.mu.Unlock()
 
-// connectLocked opens the pub/sub connection of a slot with its first channel. The channel
-// is named when the connection is made, before anything reads from it: a Cluster client binds
-// a sharded subscription's connection to the node that serves the first channel's slot, and
-// to a random node when there is none yet (the subscription then gets MOVED, and is never
-// confirmed).
-func (s *subscriber) connectLocked(ctx context.Context, channel string, slot int, owner string) (listener, error) {
-	var ps *redis.PubSub
-	if s.sharded {
-		ps = s.rdb.SSubscribe(ctx)
-	} else {
-		ps = s.rdb.Subscribe(ctx)
+	select {
+	case <-cs.sub.done:
+	case <-ctx.Done():
+		l.Close()
+		return nil, unavailable("subscribe", ctx.Err())
 	}
-	if err := s.subscribe(ctx, ps, channel); err != nil {
-		_ = ps.Close()
+	if err := cs.sub.err; err != nil {
+		l.Close()
 		return nil, unavailable("subscribe", err)
 	}
-	conn := &psConn{ps: ps, chans: map[string]*chanState{}}
-	cs := conn.add(channel)
-	s.conns[slot] = conn
-	s.wg.Add(1)
-	go s.dispatch(slot, conn, ps.ChannelWithSubscriptions(redis.WithChannelSize(256)))
-	return s.addLocked(cs, channel, slot, owner), nil
+	return l, nil
 }
 
-// subscribe sends the (sharded, on a Cluster) subscription of channel on ps.
-func (s *subscriber) subscribe(ctx context.Context, ps *redis.PubSub, channel string) error {
+// connLocked makes the pub/sub connection of a slot. Nothing is sent yet: the first queued
+// subscribe dials it.
+func (s *subscriber) connLocked(slot int) *psConn {
+	var ps *redis.PubSub
 	if s.sharded {
-		return ps.SSubscribe(ctx, channel)
+		ps = s.rdb.SSubscribe(context.Background())
+	} else {
+		ps = s.rdb.Subscribe(context.Background())
 	}
-	return ps.Subscribe(ctx, channel)
+	conn := &psConn{slot: slot, ps: ps, chans: map[string]*chanState{}}
+	s.conns[slot] = conn
+	return conn
 }
 
-// add records a channel subscribed on conn, not yet confirmed.
-func (c *psConn) add(channel string) *chanState {
-	cs := &chanState{ready: make(chan struct{}), listeners: map[*chanListener]struct{}{}}
-	c.chans[channel] = cs
-	return cs
+// queueLocked queues op on conn and starts its sender if none runs.
+func (s *subscriber) queueLocked(conn *psConn, op *subOp) {
+	conn.queue = append(conn.queue, op)
+	if conn.sending {
+		return
+	}
+	conn.sending = true
+	s.wg.Add(1)
+	go s.send(conn)
+}
+
+// send sends the queued subscription changes of conn, in order, without holding mu; it
+// returns when the queue is empty.
+func (s *subscriber) send(conn *psConn) {
+	defer s.wg.Done()
+	for {
+		s.mu.Lock()
+		if len(conn.queue) == 0 {
+			conn.sending = false
+			s.mu.Unlock()
+			return
+		}
+		op := conn.queue[0]
+		conn.queue = conn.queue[1:]
+		dropped, first := conn.dropped, op.cs != nil && !conn.made
+		s.mu.Unlock()
+
+		if dropped {
+			op.finish(ErrClosed)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		err := s.sendOp(ctx, conn.ps, op)
+		cancel()
+		if first {
+			err = s.connected(conn, err)
+		} else if err != nil && op.cs != nil {
+			s.mu.Lock()
+			if conn.chans[op.channel] == op.cs {
+				delete(conn.chans, op.channel)
+				s.idleLocked(conn)
+			}
+			s.mu.Unlock()
+		}
+		// An unsubscribe is best effort: a failed one only costs ignored messages until the
+		// idle close.
+		op.finish(err)
+	}
+}
+
+// sendOp sends one (sharded, on a Cluster) SUBSCRIBE or UNSUBSCRIBE on ps.
+func (s *subscriber) sendOp(ctx context.Context, ps *redis.PubSub, op *subOp) error {
+	switch {
+	case op.cs != nil && s.sharded:
+		return ps.SSubscribe(ctx, op.channel)
+	case op.cs != nil:
+		return ps.Subscribe(ctx, op.channel)
+	case s.sharded:
+		return ps.SUnsubscribe(ctx, op.channel)
+	default:
+		return ps.Unsubscribe(ctx, op.channel)
+	}
+}
+
+// connected records the outcome of the first subscribe of conn, the one that dialled it.
+// The receive loop starts only now, after the channel was named: a Cluster client binds a
+// sharded subscription's connection to the node that serves the first channel's slot, and to
+// a random node when there is none yet (the subscription then gets MOVED, and is never
+// confirmed). When the first subscribe failed, or the subscriber was closed meanwhile, the
+// connection is dropped, with every change queued behind it; the next listener makes a new
+// one. Returns the first subscribe's outcome.
+func (s *subscriber) connected(conn *psConn, err error) error {
+	s.mu.Lock()
+	if err == nil && !conn.dropped {
+		conn.made = true
+		s.wg.Add(1)
+		go s.dispatch(conn, conn.ps.ChannelWithSubscriptions(redis.WithChannelSize(256)))
+		s.mu.Unlock()
+		return nil
+	}
+	if err == nil {
+		err = ErrClosed
+	}
+	s.dropLocked(conn)
+	queued := conn.queue
+	conn.queue = nil
+	s.mu.Unlock()
+	for _, op := range queued {
+		op.finish(err)
+	}
+	_ = conn.ps.Close()
+	return err
+}
+
+// finish records the outcome of a sent op.
+func (op *subOp) finish(err error) {
+	op.err = err
+	close(op.done)
+}
+
+// dropLocked takes conn out of use: later listeners of its slot make a new connection.
+func (s *subscriber) dropLocked(conn *psConn) {
+	conn.dropped = true
+	if s.conns[conn.slot] == conn {
+		delete(s.conns, conn.slot)
+	}
+	if conn.idle != nil {
+		conn.idle.Stop()
+		conn.idle = nil
+	}
+	for _, cs := range conn.chans {
+		cs.keep()
+	}
+	conn.chans = map[string]*chanState{}
 }
 
 // addLocked registers a listener of owner on a channel's state.
-func (s *subscriber) addLocked(cs *chanState, channel string, slot int, owner string) *chanListener {
-	l := &chanListener{s: s, slot: slot, channel: channel, owner: owner, ready: cs.ready, c: make(chan notice, 4)}
+func (s *subscriber) addLocked(conn *psConn, cs *chanState, channel, owner string) *chanListener {
+	l := &chanListener{s: s, conn: conn, cs: cs, channel: channel, owner: owner, c: make(chan notice, 4)}
 	cs.listeners[l] = struct{}{}
 	return l
 }
@@ -156,7 +286,7 @@ func (s *subscriber) listenReady(channel string, slot int, owner string) listene
 		return nil
 	}
 	cs.keep()
-	return s.addLocked(cs, channel, slot, owner)
+	return s.addLocked(conn, cs, channel, owner)
 }
 
 // deliver hands a notice to the local listeners of owner on channel, as a message would.
@@ -204,7 +334,7 @@ func parseNotice(payload string) (owner string, n notice, ok bool) {
 }
 
 // dispatch routes messages of one connection to the listeners of their owner.
-func (s *subscriber) dispatch(slot int, conn *psConn, msgs <-chan any) {
+func (s *subscriber) dispatch(conn *psConn, msgs <-chan any) {
 	defer s.wg.Done()
 	for m := range msgs {
 		switch m := m.(type) {
@@ -234,79 +364,64 @@ func (s *subscriber) dispatch(slot int, conn *psConn, msgs <-chan any) {
 }
 
 func (l *chanListener) C() <-chan notice       { return l.c }
-func (l *chanListener) Ready() <-chan struct{} { return l.ready }
+func (l *chanListener) Ready() <-chan struct{} { return l.cs.ready }
 
 // Close stops the listener; the channel is unsubscribed linger after its last listener left,
 // unless a new one comes first.
 func (l *chanListener) Close() {
 	l.once.Do(func() {
-		s := l.s
+		s, conn, cs := l.s, l.conn, l.cs
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		conn := s.conns[l.slot]
-		if conn == nil {
-			return
-		}
-		cs := conn.chans[l.channel]
-		if cs == nil {
-			return
-		}
 		delete(cs.listeners, l)
-		if len(cs.listeners) > 0 || cs.linger != nil {
+		if conn.chans[l.channel] != cs || len(cs.listeners) > 0 || cs.linger != nil {
 			return
 		}
-		cs.linger = time.AfterFunc(linger, func() { s.unsubscribe(l.slot, conn, l.channel, cs) })
+		cs.linger = time.AfterFunc(linger, func() { s.unsubscribe(conn, l.channel, cs) })
 	})
 }
 
 // unsubscribe ends the subscription of a channel that stayed without listener for linger.
-func (s *subscriber) unsubscribe(slot int, conn *psConn, channel string, cs *chanState) {
+func (s *subscriber) unsubscribe(conn *psConn, channel string, cs *chanState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || conn.chans[channel] != cs || len(cs.listeners) > 0 {
+	if s.closed || conn.dropped || conn.chans[channel] != cs || len(cs.listeners) > 0 {
 		return
 	}
 	delete(conn.chans, channel)
-	// Best effort: a failed unsubscribe only costs ignored messages until the idle close.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	unsubscribe := conn.ps.Unsubscribe
-	if s.sharded {
-		unsubscribe = conn.ps.SUnsubscribe
-	}
-	_ = unsubscribe(ctx, channel)
-	cancel()
-	s.idleLocked(slot, conn)
+	s.queueLocked(conn, &subOp{channel: channel, done: make(chan struct{})})
+	s.idleLocked(conn)
 }
 
 // idleLocked closes conn after idleClose unless a new listener arrives first.
-func (s *subscriber) idleLocked(slot int, conn *psConn) {
-	if len(conn.chans) > 0 || conn.idle != nil {
+func (s *subscriber) idleLocked(conn *psConn) {
+	if len(conn.chans) > 0 || conn.idle != nil || conn.dropped {
 		return
 	}
 	conn.idle = time.AfterFunc(idleClose, func() {
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.conns[slot] == conn && len(conn.chans) == 0 {
-			delete(s.conns, slot)
-			_ = conn.ps.Close()
+		if conn.dropped || len(conn.chans) > 0 {
+			s.mu.Unlock()
+			return
 		}
+		s.dropLocked(conn)
+		s.mu.Unlock()
+		_ = conn.ps.Close()
 	})
 }
 
-// close closes every connection and waits for the dispatchers to return.
+// close closes every connection and waits for its goroutines to return.
 func (s *subscriber) close() {
 	s.mu.Lock()
 	s.closed = true
-	for slot, conn := range s.conns {
-		if conn.idle != nil {
-			conn.idle.Stop()
-		}
-		for _, cs := range conn.chans {
-			cs.keep()
-		}
-		_ = conn.ps.Close()
-		delete(s.conns, slot)
+	var drop []*psConn
+	for _, conn := range s.conns {
+		s.dropLocked(conn)
+		drop = append(drop, conn)
 	}
 	s.mu.Unlock()
+	for _, conn := range drop {
+		_ = conn.ps.Close()
+	}
 	s.wg.Wait()
 }
