@@ -111,6 +111,17 @@ func TestBadInputArchived(t *testing.T) {
 	if !errors.Is(err, asynq.SkipRetry) || !errors.Is(err, keyfunc.ErrMissing) || !errors.As(err, &pe) {
 		t.Fatalf("err = %v: want asynq.SkipRetry wrapping the *keyfunc.PartError", err)
 	}
+
+	// A key that keyfunc accepts but dlock refuses (over dlock.MaxKeyLen): not run, archived.
+	long := keyfunc.Join(keyfunc.JSON("id").HashAbove(1000)).With(keyfunc.WithMaxKeyLen(dlock.MaxKeyLen + 100))
+	h = asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		t.Error("handler ran with a key dlock refused")
+		return nil
+	}), e.lock, long)
+	err = h.ProcessTask(t.Context(), asynq.NewTask("t", []byte(`{"id":"`+strings.Repeat("a", dlock.MaxKeyLen+50)+`"}`)))
+	if !errors.Is(err, asynq.SkipRetry) || !errors.Is(err, dlock.ErrInvalidKey) {
+		t.Fatalf("err = %v: want asynq.SkipRetry wrapping dlock.ErrInvalidKey", err)
+	}
 }
 
 // With Redis for locks down the task is not run and fails with dlock.ErrUnavailable, which

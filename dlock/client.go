@@ -44,9 +44,11 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	return c
 }
 
-// Close stops the watchdog and the pub/sub connection and waits for them. Locks still held are
-// no longer renewed: their Done closes with ErrLockLost and they expire in Redis at the end of
-// their lease. Release locks before closing. Close does not close the Redis client.
+// Close stops the watchdog and the pub/sub connection and waits for them. Locks the watchdog
+// renews are no longer renewed: their Done closes with ErrLockLost and they expire in Redis at
+// the end of their lease. A lock taken WithTTL is not renewed anyway: it keeps its lease, and
+// its Done closes when that ends. Release locks before closing. Close does not close the Redis
+// client.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil

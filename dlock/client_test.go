@@ -20,6 +20,10 @@ func TestClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fixed, err := c.Acquire(ctx, uniqueKey(t), dlock.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
 	work := dlock.WithLock(ctx, lk)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -30,6 +34,18 @@ func TestClose(t *testing.T) {
 		t.Fatal("a lock held at Close is still reported held: nothing renews it any more")
 	}
 	wantDone(t, work, dlock.ErrLockLost, "the lock's context when Close returned")
+	// A WithTTL lock was never renewed: Close leaves it its lease, which then ends.
+	if err := fixed.Err(); err != nil {
+		t.Fatalf("WithTTL lock right after Close: %v, want still held for its TTL", err)
+	}
+	select {
+	case <-fixed.Done():
+		if !errors.Is(fixed.Err(), dlock.ErrLockLost) {
+			t.Fatalf("WithTTL lock at the end of its TTL: %v, want ErrLockLost", fixed.Err())
+		}
+	case <-ctx.Done():
+		t.Fatal("the WithTTL lock's Done did not close when its TTL ended")
+	}
 	if _, err := c.Acquire(ctx, uniqueKey(t)); !errors.Is(err, dlock.ErrClosed) {
 		t.Fatalf("Acquire after Close: %v", err)
 	}

@@ -46,6 +46,8 @@
 //     original request context and writer when the chain returns.
 //   - Redis unavailable means 503 and no handler (fail closed), unless WithFailOpen.
 //   - Keys and their values never appear in telemetry, logs or error bodies; only a hash.
+//     The one exception is the error of a failing keyfunc.From function, which is logged as
+//     the function wrote it (the client gets a bare 500).
 //
 // # Limits
 //

@@ -36,21 +36,28 @@ func TestRejections(t *testing.T) {
 		q      req
 		status int
 		part   string
+		secret string // a value of the request that the answer must not show
 	}{
-		{"missing Idempotency-Key", req{path: "/payments", user: "alice"}, 400, "Idempotency-Key"},
-		{"missing user", req{path: "/payments", key: "k1"}, 400, "user"},
-		{"Idempotency-Key too long", req{path: "/payments", user: "alice", key: strings.Repeat("k", 256)}, 400, "Idempotency-Key"},
-		{"Idempotency-Key with control bytes", req{path: "/payments", user: "alice", key: "k\x01y"}, 400, "Idempotency-Key"},
-		{"Idempotency-Key bad sf-string", req{path: "/payments", user: "alice", key: `"open`}, 400, "Idempotency-Key"},
-		{"malformed JSON for a required field", req{path: "/orders", user: "alice", body: `{"order":`}, 400, "order"},
-		{"missing body field", req{path: "/orders", user: "alice", body: `{"order":{}}`}, 400, "order"},
-		{"body over the cap for the key", req{path: "/orders", user: "alice", body: big}, 413, "order"},
-		{"body over the cap for the fingerprint", req{path: "/payments", user: "alice", key: "k2", body: big}, 413, "body"},
+		{"missing Idempotency-Key", req{path: "/payments", user: "alice"}, 400, "Idempotency-Key", ""},
+		{"empty Idempotency-Key", req{path: "/payments", user: "alice", header: map[string]string{keyfunc.IdempotencyKeyHeader: " "}}, 400, "Idempotency-Key", ""},
+		{"missing user", req{path: "/payments", key: "k1"}, 400, "user", "k1"},
+		{"Idempotency-Key too long", req{path: "/payments", user: "alice", key: strings.Repeat("k", 256)}, 400, "Idempotency-Key", strings.Repeat("k", 256)},
+		{"Idempotency-Key with control bytes", req{path: "/payments", user: "alice", key: "k\x01y"}, 400, "Idempotency-Key", "k\x01y"},
+		{"Idempotency-Key bad sf-string", req{path: "/payments", user: "alice", key: `"open`}, 400, "Idempotency-Key", "open"},
+		{"malformed JSON for a required field", req{path: "/orders", user: "alice", body: `{"order":`}, 400, "order", ""},
+		{"missing body field", req{path: "/orders", user: "alice", body: `{"order":{}}`}, 400, "order", ""},
+		{"number out of range", req{path: "/orders", user: "alice", body: `{"order":{"id":1e99999999999}}`}, 400, "order", "99999999999"},
+		{"body over the cap for the key", req{path: "/orders", user: "alice", body: big}, 413, "order", "xxxx"},
+		{"body over the cap for the fingerprint", req{path: "/payments", user: "alice", key: "k2", body: big}, 413, "body", "xxxx"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := wantProblem(t, do(r, tc.q), tc.status)
+			w := do(r, tc.q)
+			p := wantProblem(t, w, tc.status)
 			if p.Part != tc.part || !strings.Contains(p.Detail, tc.part) {
 				t.Fatalf("problem %+v, want it to name part %q", p, tc.part)
+			}
+			if tc.secret != "" && strings.Contains(w.Body.String(), tc.secret) {
+				t.Fatalf("the answer shows the request's value %q: %s", tc.secret, w.Body)
 			}
 		})
 	}

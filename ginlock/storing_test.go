@@ -309,26 +309,33 @@ func TestExplicitReplayWithoutKeyRuns(t *testing.T) {
 	}
 }
 
-// An Idempotency-Key header sent empty counts as no key for a raw Header part: such requests
-// are not replayed to each other.
+// An Idempotency-Key header sent empty counts as no key, for an Optional IdempotencyKey part
+// and for a raw Header part: such requests run, locked under the "~" key (or ""), and are not
+// replayed to each other.
 func TestEmptyIdempotencyKeyHeaderIsNoKey(t *testing.T) {
 	e := setup(t)
-	rawKey := keyfunc.Join(keyfunc.Header(keyfunc.IdempotencyKeyHeader).Optional()).
-		Scope(keyfunc.ContextValue(userKey{}).Named("user"))
-	r := router()
-	var runs atomic.Int32
-	r.POST("/payments", ginlock.New(e.locks, rawKey), func(c *gin.Context) {
-		c.JSON(http.StatusCreated, gin.H{"payment": runs.Add(1)})
-	})
-	for i := range 2 {
-		w := do(r, req{path: "/payments", body: `{"amount":5}`, user: "alice",
-			header: map[string]string{keyfunc.IdempotencyKeyHeader: ""}})
-		if w.Code != http.StatusCreated || w.Header().Get(ginlock.ReplayedHeader) != "" {
-			t.Fatalf("payment %d with an empty key: %d (replayed %q)", i, w.Code, w.Header().Get(ginlock.ReplayedHeader))
-		}
-	}
-	if runs.Load() != 2 {
-		t.Fatalf("two payments with an empty key ran %d times", runs.Load())
+	user := keyfunc.ContextValue(userKey{}).Named("user")
+	for name, key := range map[string]*keyfunc.Func{
+		"IdempotencyKey().Optional()": keyfunc.Join(keyfunc.IdempotencyKey().Optional()).Scope(user),
+		"Header(...).Optional()":      keyfunc.Join(keyfunc.Header(keyfunc.IdempotencyKeyHeader).Optional()).Scope(user),
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := router()
+			var runs atomic.Int32
+			r.POST("/payments", ginlock.New(e.locks, key), func(c *gin.Context) {
+				c.JSON(http.StatusCreated, gin.H{"payment": runs.Add(1)})
+			})
+			for i, v := range []string{"", " ", ""} {
+				w := do(r, req{path: "/payments", body: `{"amount":5}`, user: "alice",
+					header: map[string]string{keyfunc.IdempotencyKeyHeader: v}})
+				if w.Code != http.StatusCreated || w.Header().Get(ginlock.ReplayedHeader) != "" {
+					t.Fatalf("payment %d with the key %q: %d (replayed %q) %s", i, v, w.Code, w.Header().Get(ginlock.ReplayedHeader), w.Body)
+				}
+			}
+			if runs.Load() != 3 {
+				t.Fatalf("three payments with an empty key ran %d times", runs.Load())
+			}
+		})
 	}
 }
 

@@ -18,7 +18,8 @@ func TestIdempotencyKey(t *testing.T) {
 		{`"a\"b\\c"`, "a%22b%5Cc", nil},
 		{`"with space"`, "with%20space", nil},
 		{`550e8400-e29b-41d4-a716-446655440000`, "550e8400-e29b-41d4-a716-446655440000", nil},
-		{``, "", ErrInvalid},
+		{``, "", ErrMissing},
+		{" \t ", "", ErrMissing},
 		{`""`, "", ErrInvalid},
 		{`"abc`, "", ErrInvalid},
 		{`"a"b"`, "", ErrInvalid},
@@ -47,5 +48,15 @@ func TestIdempotencyKey(t *testing.T) {
 	b, _ := Join(IdempotencyKey()).Key(&MapSource{Header: map[string]string{"Idempotency-Key": `k`}})
 	if a != b {
 		t.Errorf("sf-string %q and bare %q differ", a, b)
+	}
+	// An empty header under an Optional part is absent: the "~" marker, like no header.
+	opt := Join(IdempotencyKey().Optional())
+	none, err := opt.Key(&MapSource{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty, err := opt.Key(&MapSource{Header: map[string]string{"Idempotency-Key": " "}})
+	if err != nil || empty != none || none != "~" {
+		t.Errorf("Optional: empty header gives %q, %v; no header gives %q; want both %q", empty, err, none, "~")
 	}
 }

@@ -196,12 +196,12 @@ func canonicalNumber(lit string) (string, error) {
 		expNeg := strings.HasPrefix(expPart, "-")
 		digits := strings.TrimLeft(strings.TrimLeft(expPart, "+-"), "0")
 		if len(digits) > maxExponentDigits {
-			return "", fmt.Errorf("%w: number %.40q has an exponent out of range", ErrInvalid, lit)
+			return "", fmt.Errorf("%w: number with an exponent out of range", ErrInvalid)
 		}
 		if digits != "" {
 			n, err := strconv.Atoi(digits)
 			if err != nil {
-				return "", fmt.Errorf("%w: number %.40q", ErrInvalid, lit)
+				return "", fmt.Errorf("%w: number with a malformed exponent", ErrInvalid)
 			}
 			exp = n
 		}

@@ -12,7 +12,7 @@ import (
 // Default hard caps on a raw value's length in bytes; a longer value fails with ErrTooLong.
 // Part.MaxLen and WithMaxPartLen change them.
 const (
-	DefaultMaxLen       = 1024 // params, query values, metadata, context values, From, Const
+	DefaultMaxLen       = 1024 // params, query values, metadata, context values, From (Const has none)
 	DefaultMaxHeaderLen = 255  // headers and IdempotencyKey (Stripe's limit for keys)
 	DefaultMaxBodyLen   = 4096 // JSON and form fields
 )
@@ -109,11 +109,13 @@ func valuePart(kind Kind, name string, defMax int) Part {
 
 // IdempotencyKey is the Idempotency-Key header, accepted as an RFC 8941 sf-string ("abc")
 // or bare (abc). The key must be 1..255 printable ASCII characters (cap: DefaultMaxHeaderLen,
-// see MaxLen); otherwise ErrInvalid or ErrTooLong. Keys using it report UsesIdempotencyKey.
+// see MaxLen); otherwise ErrInvalid or ErrTooLong. A header sent empty (or only spaces and
+// tabs), as clients do when the variable that should fill it is unset, counts as absent:
+// ErrMissing, or "~" when Optional. Keys using it report UsesIdempotencyKey.
 func IdempotencyKey() Part {
 	p := newPart(IdempotencyKeyHeader, DefaultMaxHeaderLen, func(e *eval) (string, bool, error) {
 		v, ok := e.src.Value(KindHeader, IdempotencyKeyHeader)
-		if !ok {
+		if !ok || strings.Trim(v, " \t") == "" {
 			return "", false, nil
 		}
 		k, err := parseIdempotencyKey(v)

@@ -34,13 +34,25 @@ import (
 // lockguardACL is the ACL rule of a user that may do everything dlock, ginlock and
 // asynqlock's locks need and nothing else: the commands of the Lua scripts (ACLs apply to
 // redis.call too), GET for completion records, pub/sub for hand-offs (sharded on a
-// Cluster), PING for pub/sub health checks; keys and channels under the default prefix.
-// docs/reliability.md quotes it.
+// Cluster), PING for pub/sub health checks, WAIT for dlock.WithReplicaAck; keys and channels
+// under the default prefix. docs/reliability.md quotes it.
 const lockguardACL = "on ~lockguard:* resetchannels &lockguard:* -@all " +
-	"+evalsha +eval +get +ping " +
+	"+evalsha +eval +get +ping +wait " +
 	"+subscribe +unsubscribe +ssubscribe +sunsubscribe +publish +spublish " +
 	"+exists +hdel +hget +hincrby +hmget +hset +hsetnx +pexpire +pttl +set +time " +
 	"+zadd +zpopmin +zrange +zrem +zscore"
+
+// docs/reliability.md quotes lockguardACL, the rule this package tests, word for word.
+func TestACLQuotedInDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/reliability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "user lockguard on >CHANGE-ME " + strings.TrimPrefix(lockguardACL, "on ")
+	if !strings.Contains(string(doc), want+"\n") {
+		t.Fatalf("docs/reliability.md does not quote the tested rule:\n%s", want)
+	}
+}
 
 // Every command dlock's scripts call must be in lockguardACL: a script that gains a command
 // otherwise fails only for users with an ACL.
@@ -288,6 +300,38 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// With dlock.WithReplicaAck the client also sends WAIT after each grant: the documented user
+// may send it, and a lock taken through that user waits for the replica.
+func TestRedisACLUserWithReplicaAck(t *testing.T) {
+	args := []string{"--user", "default", "on", "nopass", "~*", "&*", "+@all", "--user", "lockguard", ">lockguard-secret"}
+	master := redistest.Start(t, redistest.WithArgs(append(args, strings.Fields(lockguardACL)...)...))
+	replica := redistest.Start(t, redistest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rr := replica.Client(t)
+	for !strings.Contains(rr.Info(ctx, "replication").Val(), "master_link_status:up") {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the replica never synced")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	lg := master.Client(t, func(o *redis.Options) { o.Username, o.Password = "lockguard", "lockguard-secret" })
+	locks := dlock.New(lg, dlock.WithReplicaAck(1, 5*time.Second))
+	defer locks.Close()
+	key := "acl-replica-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	lk, err := locks.Acquire(ctx, key)
+	if err != nil {
+		t.Fatalf("Acquire with WithReplicaAck as the lockguard user: %v", err)
+	}
+	if n, err := rr.Exists(ctx, "lockguard:{"+key+"}:lock").Result(); err != nil || n != 1 {
+		t.Fatalf("the replica does not hold the lock after the acknowledged grant: %d, %v", n, err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Redis over TLS only: dlock acquires, waits, hands off, renews and releases through a
