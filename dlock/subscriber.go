@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,10 @@ const sendTimeout = 5 * time.Second
 type subscriber struct {
 	rdb     redis.UniversalClient
 	sharded bool
+	// sends is the parent of every SUBSCRIBE and UNSUBSCRIBE's context: close cancels it, so
+	// a dial in flight does not hold up Close.
+	sends     context.Context
+	stopSends context.CancelFunc
 
 	mu     sync.Mutex
 	conns  map[int]*psConn
@@ -47,10 +52,15 @@ type psConn struct {
 	chans map[string]*chanState
 	idle  *time.Timer
 
-	queue   []*subOp // subscription changes not yet sent, oldest first
-	sending bool     // a goroutine is sending the queue
-	made    bool     // the first subscribe went through: the connection exists, dispatch runs
-	dropped bool     // taken out of conns (its first subscribe failed, idle, or closed)
+	queue []*subOp // subscription changes not yet sent, oldest first
+	// sent holds, per channel, the states whose SUBSCRIBE went out (or is going out) on this
+	// connection and is not confirmed yet, in the order sent: a confirmation belongs to the
+	// oldest. A channel unsubscribed and subscribed again can have two, and the first one's
+	// confirmation must not mark the second ready before its SUBSCRIBE reached Redis.
+	sent    map[string][]*chanState
+	sending bool // a goroutine is sending the queue
+	made    bool // the first subscribe went through: the connection exists, dispatch runs
+	dropped bool // taken out of conns (its first subscribe failed, idle, or closed)
 }
 
 // subOp is one SUBSCRIBE (cs != nil) or UNSUBSCRIBE of a channel, queued on a connection.
@@ -87,7 +97,8 @@ type chanListener struct {
 }
 
 func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
-	return &subscriber{rdb: rdb, sharded: sharded, conns: map[int]*psConn{}}
+	sends, stop := context.WithCancel(context.Background())
+	return &subscriber{rdb: rdb, sharded: sharded, conns: map[int]*psConn{}, sends: sends, stopSends: stop}
 }
 
 // listen registers a listener of owner on channel, subscribing the channel first when this
@@ -140,7 +151,7 @@ func (s *subscriber) connLocked(slot int) *psConn {
 	} else {
 		ps = s.rdb.Subscribe(context.Background())
 	}
-	conn := &psConn{slot: slot, ps: ps, chans: map[string]*chanState{}}
+	conn := &psConn{slot: slot, ps: ps, chans: map[string]*chanState{}, sent: map[string][]*chanState{}}
 	s.conns[slot] = conn
 	return conn
 }
@@ -170,22 +181,33 @@ func (s *subscriber) send(conn *psConn) {
 		op := conn.queue[0]
 		conn.queue = conn.queue[1:]
 		dropped, first := conn.dropped, op.cs != nil && !conn.made
+		if op.cs != nil && !dropped {
+			conn.sent[op.channel] = append(conn.sent[op.channel], op.cs)
+		}
 		s.mu.Unlock()
 
 		if dropped {
 			op.finish(ErrClosed)
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+		ctx, cancel := context.WithTimeout(s.sends, sendTimeout)
 		err := s.sendOp(ctx, conn.ps, op)
 		cancel()
 		if first {
 			err = s.connected(conn, err)
 		} else if err != nil && op.cs != nil {
 			s.mu.Lock()
+			conn.unsent(op)
 			if conn.chans[op.channel] == op.cs {
 				delete(conn.chans, op.channel)
 				s.idleLocked(conn)
+			}
+			s.mu.Unlock()
+		}
+		if op.cs != nil {
+			s.mu.Lock()
+			if s.closed {
+				err = ErrClosed // whatever the send did, the connection is gone
 			}
 			s.mu.Unlock()
 		}
@@ -237,6 +259,55 @@ func (s *subscriber) connected(conn *psConn, err error) error {
 	}
 	_ = conn.ps.Close()
 	return err
+}
+
+// unsent takes a SUBSCRIBE that failed off the list of those awaiting confirmation.
+func (c *psConn) unsent(op *subOp) {
+	sent := c.sent[op.channel]
+	if i := slices.Index(sent, op.cs); i >= 0 {
+		sent = slices.Delete(sent, i, i+1)
+	}
+	if len(sent) == 0 {
+		delete(c.sent, op.channel)
+	} else {
+		c.sent[op.channel] = sent
+	}
+}
+
+// confirmed marks ready the channel state that a subscribe confirmation is for: the oldest
+// one sent and unconfirmed. A confirmation with none is go-redis subscribing the
+// connection's channels again after a reconnect: it is for the current state, if its
+// SUBSCRIBE went out.
+func (c *psConn) confirmed(channel string) {
+	var cs *chanState
+	if sent := c.sent[channel]; len(sent) > 0 {
+		cs = sent[0]
+		if len(sent) == 1 {
+			delete(c.sent, channel)
+		} else {
+			c.sent[channel] = sent[1:]
+		}
+	} else if cur := c.chans[channel]; cur != nil && cur.sub.sentOK() {
+		cs = cur
+	}
+	if cs == nil {
+		return
+	}
+	select {
+	case <-cs.ready:
+	default:
+		close(cs.ready)
+	}
+}
+
+// sentOK reports whether op was sent without error.
+func (op *subOp) sentOK() bool {
+	select {
+	case <-op.done:
+		return op.err == nil
+	default:
+		return false
+	}
 }
 
 // finish records the outcome of a sent op.
@@ -343,13 +414,7 @@ func (s *subscriber) dispatch(conn *psConn, msgs <-chan any) {
 				continue
 			}
 			s.mu.Lock()
-			if cs := conn.chans[m.Channel]; cs != nil {
-				select {
-				case <-cs.ready:
-				default:
-					close(cs.ready)
-				}
-			}
+			conn.confirmed(m.Channel)
 			s.mu.Unlock()
 		case *redis.Message:
 			owner, n, ok := parseNotice(m.Payload)
@@ -414,6 +479,7 @@ func (s *subscriber) idleLocked(conn *psConn) {
 func (s *subscriber) close() {
 	s.mu.Lock()
 	s.closed = true
+	s.stopSends()
 	var drop []*psConn
 	for _, conn := range s.conns {
 		s.dropLocked(conn)

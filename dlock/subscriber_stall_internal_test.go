@@ -1,60 +1,15 @@
-package dlock_test
+package dlock
 
 import (
 	"context"
 	"fmt"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
-
-// dialGate holds up new connections to one address while it is shut.
-type dialGate struct {
-	addr    string
-	mu      sync.Mutex
-	shut    chan struct{} // nil while open; closed to open it
-	waiting chan struct{} // receives one value per dial held up
-}
-
-func (g *dialGate) close() {
-	g.mu.Lock()
-	g.shut = make(chan struct{})
-	g.mu.Unlock()
-}
-
-func (g *dialGate) open() {
-	g.mu.Lock()
-	if g.shut != nil {
-		close(g.shut)
-		g.shut = nil
-	}
-	g.mu.Unlock()
-}
-
-func (g *dialGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	g.mu.Lock()
-	shut := g.shut
-	g.mu.Unlock()
-	if shut != nil && addr == g.addr {
-		select {
-		case g.waiting <- struct{}{}:
-		default:
-		}
-		select {
-		case <-shut:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
-}
 
 // keyWhere returns a lock key starting with base whose slot is served by the master at addr
 // (on true) or by another master (on false).
@@ -80,16 +35,19 @@ func keyWhere(t *testing.T, ctx context.Context, cl *redistest.Cluster, base, ad
 // The fallback look is an hour away, so only the hand-off can end these waits.
 func TestStalledSubscribeDoesNotHoldUpOtherKeys(t *testing.T) {
 	cl := redistest.StartCluster(t)
-	ctx := testContext(t, 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
 	addrB := cl.Nodes()[0].Addr()
-	keyB := keyWhere(t, ctx, cl, uniqueKey(t), addrB, true)
-	keyA := keyWhere(t, ctx, cl, uniqueKey(t), addrB, false)
-	remoteKey := keyWhere(t, ctx, cl, uniqueKey(t), addrB, false)
+	keyB := keyWhere(t, ctx, cl, "stall-b", addrB, true)
+	keyA := keyWhere(t, ctx, cl, "stall-a", addrB, false)
+	remoteKey := keyWhere(t, ctx, cl, "stall-remote", addrB, false)
 
-	gate := &dialGate{addr: addrB, waiting: make(chan struct{}, 1)}
+	gate := &testNet{only: addrB}
 	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.Dialer = gate.dial })
-	c := newClient(t, rdb, dlock.WithRetryInterval(time.Hour))
-	other := newClient(t, cl.Client(t))
+	c := New(rdb, WithRetryInterval(time.Hour))
+	defer func() { _ = c.Close() }()
+	other := New(cl.Client(t))
+	defer func() { _ = other.Close() }()
 	// Command connections to every master exist before the gate shuts.
 	if err := rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		return m.Ping(ctx).Err()
@@ -108,10 +66,10 @@ func TestStalledSubscribeDoesNotHoldUpOtherKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	type result struct {
-		lk  *dlock.Lock
+		lk  *Lock
 		err error
 	}
-	waitFor := func(key string) chan result {
+	waitOn := func(key string) chan result {
 		ch := make(chan result, 1)
 		go func() {
 			lk, err := c.Acquire(ctx, key)
@@ -119,7 +77,7 @@ func TestStalledSubscribeDoesNotHoldUpOtherKeys(t *testing.T) {
 		}()
 		return ch
 	}
-	gotLocal, gotRemote := waitFor(keyA), waitFor(remoteKey)
+	gotLocal, gotRemote := waitOn(keyA), waitOn(remoteKey)
 	waitSubscribed(t, ctx, cl, keyA)
 	waitSubscribed(t, ctx, cl, remoteKey)
 
@@ -128,8 +86,8 @@ func TestStalledSubscribeDoesNotHoldUpOtherKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate.close()
-	defer gate.open()
+	gate.block()
+	defer gate.release()
 	stalledCtx, cancelStalled := context.WithCancel(ctx)
 	stalled := make(chan error, 1)
 	go func() {
@@ -139,9 +97,7 @@ func TestStalledSubscribeDoesNotHoldUpOtherKeys(t *testing.T) {
 		}
 		stalled <- err
 	}()
-	select {
-	case <-gate.waiting:
-	case <-time.After(30 * time.Second):
+	if !waitFor(30*time.Second, func() bool { return gate.waiting() > 0 }) {
 		t.Fatal("the wait on keyB never dialled its subscription")
 	}
 
@@ -176,7 +132,7 @@ func TestStalledSubscribeDoesNotHoldUpOtherKeys(t *testing.T) {
 		t.Error("Release is held up by another node's subscription dial")
 	}
 
-	gate.open()
+	gate.release()
 	cancelStalled()
 	<-stalled
 	if err := held.Release(ctx); err != nil {
