@@ -10,6 +10,8 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"path"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -26,7 +28,8 @@ import (
 //   - KindMeta: keyfunc.MetaMethod, keyfunc.MetaRoute (c.FullPath(), absent for unmatched
 //     routes) and keyfunc.MetaPath (the decoded path, as Gin routes it: /accounts/%31 and
 //     /accounts/1 reach the same handler, so they must share a lock; /a%2Fb and /a/b then
-//     share one too, which over-locks but never lets a request past a lock);
+//     share one too, which over-locks but never lets a request past a lock; repeated
+//     slashes and dot segments are resolved, as Gin's RemoveExtraSlash routes them);
 //   - Context: the request context, except that string keys are looked up in the Gin
 //     context's Keys first (c.Set), so keyfunc.ContextValue("user") reads what an auth
 //     middleware stored with c.Set("user", id);
@@ -103,10 +106,26 @@ func (s *Source) Value(kind keyfunc.Kind, name string) (string, bool) {
 			route := c.FullPath()
 			return route, route != ""
 		case keyfunc.MetaPath:
-			return c.Request.URL.Path, true
+			return cleanPath(c.Request.URL.Path), true
 		}
 	}
 	return "", false
+}
+
+// cleanPath resolves repeated slashes and "." and ".." segments, keeping a trailing slash, as
+// Gin does before routing when RemoveExtraSlash is set: /accounts//1 then reaches the handler
+// of /accounts/1. Without that setting such a path matches no route, so cleaning it costs
+// nothing; a catch-all route that tells them apart shares one lock between them, which
+// over-locks but never lets a request past a lock.
+func cleanPath(p string) string {
+	if p == "" {
+		return p
+	}
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
 }
 
 // bodyTooLargeError reports a body over the cap; it matches keyfunc.ErrBodyTooLarge.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
-	"fmt"
 	"net/url"
 )
 
@@ -49,8 +48,20 @@ func (e *eval) parsedJSON() (any, error) {
 		return nil, nil
 	}
 	e.jsonVal, e.jsonErr = parseJSON(body)
+	if e.jsonErr != nil {
+		if first := bytes.TrimLeft(body, " \t\r\n"); first[0] != '{' && first[0] != '[' {
+			e.jsonErr = &notJSONError{e.jsonErr}
+		}
+	}
 	return e.jsonVal, e.jsonErr
 }
+
+// notJSONError is the parse error of a body that does not start like a JSON object or array:
+// an optional JSON part counts it as absent.
+type notJSONError struct{ err error }
+
+func (e *notJSONError) Error() string { return e.err.Error() }
+func (e *notJSONError) Unwrap() error { return e.err }
 
 func (e *eval) parsedForm() (url.Values, error) {
 	if e.formDone {
@@ -62,11 +73,10 @@ func (e *eval) parsedForm() (url.Values, error) {
 		e.formErr = err
 		return nil, err
 	}
-	e.formVals, err = url.ParseQuery(string(body))
-	if err != nil {
-		e.formErr = fmt.Errorf("%w: form: %v", ErrMalformedBody, err)
-	}
-	return e.formVals, e.formErr
+	// The pairs that parse, as net/http's ParseForm gives them to the handler: a pair with a
+	// bad escape or a ';' is skipped there, so it must not make the others unreadable here.
+	e.formVals, _ = url.ParseQuery(string(body))
+	return e.formVals, nil
 }
 
 // bodyHash hashes the canonical JSON of the body when it parses, the raw bytes otherwise.

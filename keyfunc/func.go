@@ -179,7 +179,7 @@ func (f *Func) Key(src Source) (string, error) {
 func (f *Func) render(dst []byte, e *eval, p Part) ([]byte, error) {
 	v, ok, err := p.get(e)
 	switch {
-	case err != nil && p.optional && errors.Is(err, ErrMalformedBody):
+	case err != nil && p.optional && errors.As(err, new(*notJSONError)):
 		return append(dst, missingMarker...), nil
 	case err != nil:
 		return dst, &PartError{Part: p.name, Err: err}

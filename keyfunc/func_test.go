@@ -148,7 +148,14 @@ func TestBodyErrors(t *testing.T) {
 		{"too large hash", Join(BodyHash()), &MapSource{BodyErr: tooLarge}, "", ErrBodyTooLarge},
 		{"malformed", Join(JSON("a")), &MapSource{Payload: []byte(`{"a":`)}, "", ErrMalformedBody},
 		{"trailing data", Join(JSON("a")), &MapSource{Payload: []byte(`{"a":1} x`)}, "", ErrMalformedBody},
-		{"malformed optional", Join(JSON("a").Optional()), &MapSource{Payload: []byte(`nope`)}, "~", nil},
+		{"not JSON, optional", Join(JSON("a").Optional()), &MapSource{Payload: []byte(`nope`)}, "~", nil},
+		{"form body, optional", Join(JSON("a").Optional()), &MapSource{Payload: []byte(`a=5`)}, "~", nil},
+		// A body that starts like an object but does not parse is not "no value": a more
+		// lenient handler decoder may read a=5 from each of these.
+		{"trailing data, optional", Join(JSON("a").Optional()), &MapSource{Payload: []byte(`{"a":"5"} x`)}, "", ErrMalformedBody},
+		{"invalid UTF-8 elsewhere, optional", Join(JSON("a").Optional()), &MapSource{Payload: []byte("{\"a\":\"5\",\"n\":\"\xff\"}")}, "", ErrMalformedBody},
+		{"too deep elsewhere, optional", Join(JSON("a").Optional()), &MapSource{Payload: []byte(`{"a":"5","p":` + strings.Repeat("[", 65) + strings.Repeat("]", 65) + `}`)}, "", ErrMalformedBody},
+		{"cut short, optional", Join(JSON("a").Optional()), &MapSource{Payload: []byte(` [{"a":`)}, "", ErrMalformedBody},
 		{"empty body", Join(JSON("a")), &MapSource{}, "", ErrMissing},
 		{"too deep", Join(JSON("a")), &MapSource{Payload: []byte(strings.Repeat("[", 65) + strings.Repeat("]", 65))}, "", ErrMalformedBody},
 		{"deep but allowed", Join(JSON("a").Optional()), &MapSource{Payload: []byte(strings.Repeat("[", 64) + strings.Repeat("]", 64))}, "~", nil},

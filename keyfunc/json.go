@@ -3,6 +3,7 @@ package keyfunc
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -34,7 +35,15 @@ func parseJSON(body []byte) (any, error) {
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformedBody, err)
+		// The decoder's message quotes the offending byte: only its offset is told.
+		var syntax *json.SyntaxError
+		switch {
+		case errors.As(err, &syntax):
+			return nil, fmt.Errorf("%w: invalid JSON at byte %d", ErrMalformedBody, syntax.Offset)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, fmt.Errorf("%w: JSON cut short", ErrMalformedBody)
+		}
+		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformedBody)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: data after the JSON value", ErrMalformedBody)
@@ -81,26 +90,39 @@ func splitPath(path string) []string {
 
 // lookupPath follows segs from v. A segment indexes an array when it is a canonical
 // non-negative integer ("0", "12", not "01" or "+1"), and names an object member otherwise.
-func lookupPath(v any, segs []string) (any, bool) {
+// Members are matched as encoding/json matches them to a handler's struct fields: by name,
+// ignoring case (bytes.EqualFold). An object with two members that match one segment, such
+// as "order_id" and "ORDER_ID", is refused with ErrInvalid: a struct would take the last of
+// them and a map the exact one, so no key could be sure to name what the handler acts on.
+func lookupPath(v any, segs []string) (any, bool, error) {
 	for _, seg := range segs {
 		switch node := v.(type) {
 		case map[string]any:
-			next, ok := node[seg]
-			if !ok {
-				return nil, false
+			next, n := node[seg], 0
+			for k, val := range node {
+				if strings.EqualFold(k, seg) {
+					next = val
+					n++
+				}
+			}
+			switch {
+			case n == 0:
+				return nil, false, nil
+			case n > 1:
+				return nil, false, fmt.Errorf("%w: %d object members match %q when case is ignored", ErrInvalid, n, seg)
 			}
 			v = next
 		case []any:
 			i, ok := arrayIndex(seg)
 			if !ok || i >= len(node) {
-				return nil, false
+				return nil, false, nil
 			}
 			v = node[i]
 		default:
-			return nil, false
+			return nil, false, nil
 		}
 	}
-	return v, true
+	return v, true, nil
 }
 
 func arrayIndex(seg string) (int, bool) {

@@ -1,6 +1,7 @@
 package keyfunc
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -126,5 +127,49 @@ func TestInvalidUTF8Body(t *testing.T) {
 	}
 	if ha == hb {
 		t.Fatal("two bodies differing only in invalid bytes hash alike")
+	}
+}
+
+// Member names match as encoding/json matches them to a handler's struct fields, ignoring
+// case: the key names the order the handler acts on. Two members matching one segment are
+// refused, since a struct would take the last and a map the exact one.
+func TestJSONMemberCase(t *testing.T) {
+	f := Join(JSON("order.order_id"))
+	for _, tc := range []struct {
+		body string
+		want string
+		err  error
+	}{
+		{`{"order":{"order_id":"2"}}`, "2", nil},
+		{`{"ORDER":{"Order_ID":"2"}}`, "2", nil},
+		{`{"order":{"order_id":"9","ORDER_ID":"2"}}`, "", ErrInvalid},
+		{`{"order":{"order_id":"9"},"Order":{"order_id":"2"}}`, "", ErrInvalid},
+		{`{"order":{"order_id":"9","order_id":"2"}}`, "2", nil}, // one name twice: the last, as everywhere
+	} {
+		var handler struct {
+			Order struct {
+				OrderID string `json:"order_id"`
+			} `json:"order"`
+		}
+		if err := json.Unmarshal([]byte(tc.body), &handler); err != nil {
+			t.Fatal(err)
+		}
+		got, err := f.Key(&MapSource{Payload: []byte(tc.body)})
+		if !errors.Is(err, tc.err) || (err != nil) != (tc.err != nil) {
+			t.Fatalf("%s: err = %v, want %v", tc.body, err, tc.err)
+		}
+		if err == nil && (got != tc.want || got != handler.Order.OrderID) {
+			t.Errorf("%s: key %q, want %q (the handler acts on %q)", tc.body, got, tc.want, handler.Order.OrderID)
+		}
+	}
+}
+
+// Malformed bodies are reported by position, never by quoting their bytes.
+func TestJSONErrorsQuoteNoBody(t *testing.T) {
+	for body, secret := range map[string]string{`{"pin":12Q4}`: "Q", `{"pin":"12`: "12", `{"pin":1}}`: "}}"} {
+		_, err := Join(JSON("pin")).Key(&MapSource{Payload: []byte(body)})
+		if !errors.Is(err, ErrMalformedBody) || strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: %v; want ErrMalformedBody without %q", body, err, secret)
+		}
 	}
 }

@@ -46,8 +46,12 @@ func newPart(name string, defMax int, get getter) Part {
 }
 
 // Optional returns p made optional: when its value is absent the key holds the marker "~",
-// which no present value (not even "") renders as. Malformed bodies count as absent for
-// optional JSON and Form parts; other errors (ErrTooLong, ErrInvalid, body too large) stay.
+// which no present value (not even "") renders as. For an optional JSON part a body that is
+// not JSON and does not start like an object or array (a form, say, on a route that takes
+// either) counts as absent. A body that starts like one and does not parse stays an error
+// (ErrMalformedBody): a handler's more lenient decoder could still find the value in it, and
+// the key must not fall back to "~" for it. Other errors (ErrTooLong, ErrInvalid, body too
+// large) stay too.
 func (p Part) Optional() Part { p.optional = true; return p }
 
 // Named returns p with the name used in errors and in Func.String. An empty name is ignored.
@@ -129,10 +133,13 @@ func IdempotencyKey() Part {
 // indexes an array, and names an object member otherwise). Strings are used as is, numbers
 // in a canonical decimal form (1e2, 100 and 100.0 all give "100", exactly, at any size),
 // booleans as "true"/"false" (so "100" and 100 give the same value); null counts as absent;
-// objects and arrays are used in their canonical JSON form (sorted keys, compact); the path
-// "" is the whole body. The body is parsed once per Key call, however many parts use it.
+// objects and arrays are used in their canonical JSON form (sorted keys, compact), which a
+// string holding the same text also gives; the path "" is the whole body. Member names match
+// ignoring case, as encoding/json matches them to struct fields. The body is parsed once per
+// Key call, however many parts use it.
 // Errors: ErrMalformedBody (invalid JSON, nesting deeper than MaxJSONDepth), ErrInvalid
-// (a number's exponent is out of range). Cap: DefaultMaxBodyLen.
+// (a number's exponent is out of range; two members whose names differ only in case match
+// one segment). Cap: DefaultMaxBodyLen.
 func JSON(path string) Part {
 	segs := splitPath(path)
 	return newPart(path, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
@@ -140,9 +147,9 @@ func JSON(path string) Part {
 		if err != nil {
 			return "", false, err
 		}
-		v, ok := lookupPath(root, segs)
-		if !ok || v == nil {
-			return "", false, nil
+		v, ok, err := lookupPath(root, segs)
+		if err != nil || !ok || v == nil {
+			return "", false, err
 		}
 		s, err := jsonText(v)
 		return s, true, err
@@ -150,9 +157,10 @@ func JSON(path string) Part {
 }
 
 // Form is a form field: the adapter's own value (KindForm) when it serves one, otherwise
-// the field parsed from the body as application/x-www-form-urlencoded (first value). An
-// adapter that decodes multipart forms should serve them through KindForm.
-// Errors: ErrMalformedBody when the body does not parse. Cap: DefaultMaxBodyLen.
+// the field parsed from the body as application/x-www-form-urlencoded (first value). Pairs
+// that do not parse (a bad escape, a ';') are skipped, as net/http's ParseForm skips them
+// for the handler. An adapter that decodes multipart forms should serve them through
+// KindForm. Cap: DefaultMaxBodyLen.
 func Form(name string) Part {
 	return newPart(name, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
 		if v, ok := e.src.Value(KindForm, name); ok {

@@ -3,6 +3,8 @@ package keyfunc
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -86,9 +88,19 @@ func TestFormFromBody(t *testing.T) {
 	if want := "10:a%20b%3Ac:~"; got != want {
 		t.Errorf("Key = %q, want %q", got, want)
 	}
-	_, err = Join(Form("amount")).Key(&MapSource{Payload: []byte("a=%zz")})
-	if !errors.Is(err, ErrMalformedBody) {
-		t.Errorf("malformed form: err = %v, want ErrMalformedBody", err)
+	// Pairs that do not parse are skipped, as net/http's ParseForm skips them for the
+	// handler; the others still count.
+	for _, body := range []string{"amount=5&a;b", "amount=5&x=%zz", "x=%zz&amount=5"} {
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		_ = r.ParseForm()
+		got, err := Join(Form("amount").Optional()).Key(&MapSource{Payload: []byte(body)})
+		if err != nil || got != r.PostForm.Get("amount") {
+			t.Errorf("form %q: key %q, %v; the handler reads amount %q", body, got, err, r.PostForm.Get("amount"))
+		}
+	}
+	if _, err := Join(Form("amount")).Key(&MapSource{Payload: []byte("amount=%zz")}); !errors.Is(err, ErrMissing) {
+		t.Errorf("form whose only amount does not parse: err = %v, want ErrMissing (the handler sees none)", err)
 	}
 }
 
@@ -188,4 +200,14 @@ func TestBuildPanics(t *testing.T) {
 
 func ctxWithString(key, v string) context.Context {
 	return context.WithValue(context.Background(), key, v)
+}
+
+// Header names that differ only in case give one value, whatever the map's order.
+func TestMapSourceHeaderCaseIsDeterministic(t *testing.T) {
+	src := &MapSource{Header: map[string]string{"x-user": "alice", "X-USER": "bob", "X-uSer": "carol"}}
+	for range 200 {
+		if k, err := Join(Header("X-User")).Key(src); err != nil || k != "bob" {
+			t.Fatalf("Key = %q, %v; want bob (X-USER, the first name in byte order)", k, err)
+		}
+	}
 }

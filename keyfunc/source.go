@@ -64,7 +64,9 @@ type Source interface {
 
 // MapSource is a Source backed by maps, for tests of key functions and for callers that
 // derive keys outside any framework. The zero value is an empty source with a nil context.
-// Header names are matched case-insensitively; every other name exactly.
+// Header names are matched case-insensitively (an exact match first; among names that differ
+// only in case, the first in byte order, so a key never depends on map order); every other
+// name exactly.
 type MapSource struct {
 	Ctx     context.Context
 	Params  map[string]string
@@ -95,12 +97,13 @@ func (s *MapSource) Value(kind Kind, name string) (string, bool) {
 		if v, ok := s.Header[name]; ok {
 			return v, true
 		}
-		for k, v := range s.Header {
-			if strings.EqualFold(k, name) {
-				return v, true
+		best, found := "", false
+		for k := range s.Header {
+			if strings.EqualFold(k, name) && (!found || k < best) {
+				best, found = k, true
 			}
 		}
-		return "", false
+		return s.Header[best], found
 	}
 	v, ok := m[name]
 	return v, ok
