@@ -247,8 +247,8 @@ func (s *subscriber) connected(conn *psConn, err error) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if err == nil {
-		err = ErrClosed
+	if err == nil || s.closed {
+		err = ErrClosed // closed meanwhile: the dial was cancelled, or its connection is gone
 	}
 	s.dropLocked(conn)
 	queued := conn.queue
