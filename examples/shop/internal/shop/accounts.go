@@ -17,9 +17,13 @@ type Account struct {
 // of a balance stores the version it was computed from plus one, and the ledger entry of
 // the write records the version it was based on: two entries based on the same version
 // are a lost update, countable from the database alone.
+//
+// Fence is the fencing token of the account lock the snapshot was read under (0 without
+// one); Apply writes only while the account still carries that token.
 type Snapshot struct {
 	Balance int64
 	Version int64
+	Fence   int64
 }
 
 // CreateAccount inserts a new account with an opening balance.
@@ -44,10 +48,30 @@ func (s *Store) Account(ctx context.Context, id string) (Account, error) {
 	return a, nil
 }
 
-// ReadBalance is the first step of a naive balance change: it reads the balance and its
-// version, or returns ErrNotFound.
-func (s *Store) ReadBalance(ctx context.Context, accountID string) (Snapshot, error) {
-	var sn Snapshot
+// ReadBalance is the first step of a balance change: it reads the balance and its version,
+// or returns ErrNotFound.
+//
+// fence is the fencing token of the account lock the caller holds (dlock's Lock.Token), or
+// 0 without a lock. With one, the read first claims the account for that token: it stores
+// the token unless the account already carries a higher one (ErrFenced). A holder whose lock
+// was lost, and taken by someone else with a higher token, can then neither read nor write
+// the account again, even while it still believes it holds the lock: it cannot overwrite
+// the newer holder's balance, nor can the newer holder read a balance it is about to change.
+func (s *Store) ReadBalance(ctx context.Context, accountID string, fence int64) (Snapshot, error) {
+	if fence > 0 {
+		res, err := s.db.ExecContext(ctx,
+			`UPDATE accounts SET fence = ? WHERE id = ? AND fence <= ?`, fence, accountID, fence)
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("shop: claim %s: %w", accountID, err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if _, err := s.Account(ctx, accountID); err != nil {
+				return Snapshot{}, err
+			}
+			return Snapshot{}, fmt.Errorf("shop: balance of %s under token %d: %w", accountID, fence, ErrFenced)
+		}
+	}
+	sn := Snapshot{Fence: fence}
 	err := s.db.QueryRowContext(ctx,
 		`SELECT balance, version FROM accounts WHERE id = ?`, accountID).Scan(&sn.Balance, &sn.Version)
 	if err != nil {
@@ -56,9 +80,11 @@ func (s *Store) ReadBalance(ctx context.Context, accountID string) (Snapshot, er
 	return sn, nil
 }
 
-// Apply is the last step of a naive balance change: it writes the balance computed from
-// the snapshot read earlier (blindly, whatever happened since, as naive code does), sets
-// the order's status when status is not empty, and appends e to the ledger, stamped now.
+// Apply is the last step of a balance change: it writes the balance computed from the
+// snapshot read earlier (blindly, whatever happened since, as naive code does, unless the
+// snapshot was read under a fencing token: then only while the account still carries that
+// token, else ErrFenced), sets the order's status when status is not empty, and appends e
+// to the ledger, stamped now.
 //
 // The three writes are one transaction. The race the demo shows lies between the read and
 // this write, where the provider call sits; a crash or a cancelled request here must not
@@ -75,9 +101,15 @@ func (s *Store) Apply(ctx context.Context, from Snapshot, e Entry, status string
 			_ = tx.Rollback()
 		}
 	}()
-	if _, err = tx.ExecContext(ctx,
-		`UPDATE accounts SET balance = ?, version = ? WHERE id = ?`, balance, from.Version+1, e.AccountID); err != nil {
+	res, err := tx.ExecContext(ctx,
+		`UPDATE accounts SET balance = ?, version = ? WHERE id = ? AND (? = 0 OR fence = ?)`,
+		balance, from.Version+1, e.AccountID, from.Fence, from.Fence)
+	if err != nil {
 		return 0, fmt.Errorf("shop: write balance of %s: %w", e.AccountID, err)
+	}
+	if n, rerr := res.RowsAffected(); rerr != nil || n == 0 {
+		err = fmt.Errorf("shop: write balance of %s under token %d: %w", e.AccountID, from.Fence, ErrFenced)
+		return 0, err
 	}
 	if status != "" {
 		if _, err = tx.ExecContext(ctx, `UPDATE orders SET status = ? WHERE id = ?`, status, e.OrderID); err != nil {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/dlock"
 )
 
 // maxBody caps request bodies; the shop's requests are a few dozen bytes.
@@ -24,6 +26,8 @@ const (
 	codeNotPaid           = "not_paid"
 	codeAlreadyRefunded   = "already_refunded"
 	codeMissingKey        = "missing_idempotency_key"
+	codeInvalidKey        = "invalid_idempotency_key"
+	codeLockLost          = "lock_lost"
 	codeUnavailable       = "unavailable"
 	codeInternal          = "internal"
 )
@@ -33,12 +37,19 @@ func fail(c *gin.Context, status int, code string) {
 	c.AbortWithStatusJSON(status, gin.H{"error": code})
 }
 
-// failErr answers an error from the store or the provider: 404 for unknown ids, 503 when
-// the request's context ended (client gone, or the lock was lost), 500 otherwise.
+// failErr answers an error from the store or the provider: 404 for unknown ids; 409
+// lock_lost with Retry-After when the account lock was lost (its context ended with
+// dlock.ErrLockLost) or superseded (ErrFenced: the write was refused), as ginlock answers a
+// lost lock; 503 when the request's context ended otherwise (client gone); 500 otherwise.
 func (a *App) failErr(c *gin.Context, err error, notFoundCode string) {
+	ctx := c.Request.Context()
 	switch {
 	case errors.Is(err, ErrNotFound):
 		fail(c, http.StatusNotFound, notFoundCode)
+	case errors.Is(err, ErrFenced), errors.Is(context.Cause(ctx), dlock.ErrLockLost):
+		a.log.Warn("account lock lost", "path", c.FullPath(), "err", err)
+		c.Header("Retry-After", "1")
+		fail(c, http.StatusConflict, codeLockLost)
 	case c.Request.Context().Err() != nil:
 		a.log.Warn("request stopped", "path", c.FullPath(), "err", err, "cause", context.Cause(c.Request.Context()))
 		fail(c, http.StatusServiceUnavailable, codeUnavailable)
@@ -123,7 +134,7 @@ func (a *App) withdraw(c *gin.Context) {
 		return
 	}
 	ctx, id := c.Request.Context(), c.Param("id")
-	snap, err := a.store.ReadBalance(ctx, id)
+	snap, err := a.store.ReadBalance(ctx, id, fence(ctx))
 	if err != nil {
 		a.failErr(c, err, codeAccountNotFound)
 		return
@@ -144,15 +155,27 @@ func (a *App) withdraw(c *gin.Context) {
 	c.JSON(http.StatusOK, gin.H{"balance": balance})
 }
 
-// health: GET /healthz -> 200 when Redis and the database answer, 503 otherwise.
+// fence is the fencing token of the account lock ctx carries, or 0 in the unprotected shop.
+// On every balance path the account lock is the innermost one: dlock.FromContext finds it.
+func fence(ctx context.Context) int64 {
+	if l, ok := dlock.FromContext(ctx); ok {
+		return l.Token()
+	}
+	return 0
+}
+
+// health: GET /healthz -> 200 when Redis and the database answer, 503 otherwise. The cause
+// goes to the log, not to the answer, which would show internal addresses.
 func (a *App) health(c *gin.Context) {
 	ctx := c.Request.Context()
 	if err := a.rdb.Ping(ctx).Err(); err != nil {
-		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "redis down", "error": err.Error()})
+		a.log.Warn("health: redis down", "err", err)
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "redis down"})
 		return
 	}
 	if err := a.store.Ping(ctx); err != nil {
-		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "db down", "error": err.Error()})
+		a.log.Warn("health: database down", "err", err)
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "db down"})
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"status": "ok", "protected": a.protected})

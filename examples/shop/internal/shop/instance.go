@@ -111,8 +111,14 @@ func Start(ctx context.Context, o Options) (in *Instance, err error) {
 		return in, fmt.Errorf("shop: %w", err)
 	}
 	in.URL = "http://" + ln.Addr().String()
-	in.srv = &http.Server{Handler: in.app.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { in.served <- in.srv.Serve(ln) }()
+	// ReadTimeout bounds a body sent slowly: withdraw takes the account lock before it reads
+	// its body, and a client that stalls there must not hold the account for long.
+	in.srv = &http.Server{Handler: in.app.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Second}
+	go func() {
+		if err := in.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			in.served <- err
+		}
+	}()
 	return in, nil
 }
 

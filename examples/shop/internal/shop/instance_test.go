@@ -5,10 +5,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lockguard/lockguard/examples/shop/internal/shop"
+	"github.com/lockguard/lockguard/internal/redistest"
 )
 
 // TestStartEmbedded: with no Redis and no database given, Start runs its own redis-server
@@ -54,5 +56,24 @@ func TestStartUnprotected(t *testing.T) {
 	defer func() { _ = in.Close(context.Background()) }()
 	if in.Protected() {
 		t.Error("Unprotected instance reports protected")
+	}
+}
+
+// Failed reports the HTTP server stopping on its own, not the Close that stops it.
+func TestFailedQuietAfterClose(t *testing.T) {
+	in, err := shop.Start(t.Context(), shop.Options{
+		Addr: "127.0.0.1:0", RedisAddr: redistest.Start(t).Addr(),
+		DBPath: filepath.Join(t.TempDir(), "shop.db"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-in.Failed():
+		t.Errorf("Failed() delivered %v after Close", err)
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -45,7 +45,14 @@ type env struct {
 // newEnv starts a shop whose provider takes latency per call.
 func newEnv(t *testing.T, protected bool, latency time.Duration) *env {
 	t.Helper()
-	rdb := redistest.Start(t).Client(t)
+	return newEnvOn(t, redistest.Start(t), protected, latency)
+}
+
+// newEnvOn is newEnv on the redis-server srv (a test may stop or restart it); opts
+// configure the dlock client of a protected shop.
+func newEnvOn(t *testing.T, srv *redistest.Server, protected bool, latency time.Duration, opts ...dlock.Option) *env {
+	t.Helper()
+	rdb := srv.Client(t)
 	store, err := shop.OpenStore(t.Context(), filepath.Join(t.TempDir(), "shop.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +60,7 @@ func newEnv(t *testing.T, protected bool, latency time.Duration) *env {
 	t.Cleanup(func() { _ = store.Close() })
 	var p shop.Protection
 	if protected {
-		locks := dlock.New(rdb)
+		locks := dlock.New(rdb, opts...)
 		t.Cleanup(func() { _ = locks.Close() })
 		p = shop.Protect(locks, store, nil)
 	}

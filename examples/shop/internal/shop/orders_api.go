@@ -1,11 +1,13 @@
 package shop
 
 import (
+	"errors"
 	"net/http"
 	"slices"
-	"strings"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/keyfunc"
 )
 
 type createOrderRequest struct {
@@ -41,11 +43,23 @@ func (a *App) getOrder(c *gin.Context) {
 	c.JSON(http.StatusOK, o)
 }
 
-// requireIdempotencyKey answers 400 when the Idempotency-Key header is missing or blank,
-// in both modes, so the unprotected shop keeps the same contract.
+// idempotencyKey is the Idempotency-Key as the protected pay route reads it.
+var idempotencyKey = keyfunc.Join(keyfunc.IdempotencyKey())
+
+// requireIdempotencyKey answers 400 when the Idempotency-Key header is missing or blank
+// (missing_idempotency_key) or is not a key ginlock accepts: over 255 characters, bytes
+// outside printable ASCII, a broken sf-string (invalid_idempotency_key). It runs in both
+// modes, so the unprotected shop keeps the same contract and the protected one answers in
+// the shop's error shape before ginlock sees the key.
 func requireIdempotencyKey(c *gin.Context) {
-	if strings.TrimSpace(c.GetHeader("Idempotency-Key")) == "" {
+	_, err := idempotencyKey.Key(&keyfunc.MapSource{
+		Header: map[string]string{keyfunc.IdempotencyKeyHeader: c.GetHeader(keyfunc.IdempotencyKeyHeader)},
+	})
+	switch {
+	case c.GetHeader(keyfunc.IdempotencyKeyHeader) == "" || errors.Is(err, keyfunc.ErrMissing):
 		fail(c, http.StatusBadRequest, codeMissingKey)
+	case err != nil:
+		fail(c, http.StatusBadRequest, codeInvalidKey)
 	}
 }
 
@@ -65,7 +79,7 @@ func (a *App) pay(c *gin.Context) {
 		fail(c, http.StatusConflict, codeAlreadyPaid)
 		return
 	}
-	snap, err := a.store.ReadBalance(ctx, o.AccountID)
+	snap, err := a.store.ReadBalance(ctx, o.AccountID, fence(ctx))
 	if err != nil {
 		a.failErr(c, err, codeAccountNotFound)
 		return

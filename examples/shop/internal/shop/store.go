@@ -8,12 +8,18 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 
 	_ "modernc.org/sqlite" // pure-Go SQLite driver, registered as "sqlite"
 )
 
 // ErrNotFound is returned for an account or order id the store does not hold.
 var ErrNotFound = errors.New("shop: not found")
+
+// ErrFenced is returned for a balance read or write under an account lock that is no longer
+// the newest: a later holder of the lock (one that took it after it was lost, say when Redis
+// restarted empty) has claimed the account with a higher fencing token.
+var ErrFenced = errors.New("shop: account lock superseded")
 
 // Store is the shop's ledger database: accounts, orders and ledger entries in SQLite.
 //
@@ -30,7 +36,8 @@ CREATE TABLE IF NOT EXISTS accounts (
 	id      TEXT PRIMARY KEY,
 	owner   TEXT NOT NULL,
 	balance INTEGER NOT NULL,
-	version INTEGER NOT NULL DEFAULT 0
+	version INTEGER NOT NULL DEFAULT 0,
+	fence   INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS orders (
 	id         TEXT PRIMARY KEY,
@@ -68,6 +75,12 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 	if _, err := db.ExecContext(ctx, schema); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("shop: create schema in %s: %w", path, err)
+	}
+	// Databases made before accounts had a fence column get it.
+	if _, err := db.ExecContext(ctx, `ALTER TABLE accounts ADD COLUMN fence INTEGER NOT NULL DEFAULT 0`); err != nil &&
+		!strings.Contains(err.Error(), "duplicate column") {
+		_ = db.Close()
+		return nil, fmt.Errorf("shop: add fence column in %s: %w", path, err)
 	}
 	return &Store{db: db}, nil
 }

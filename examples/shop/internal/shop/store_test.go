@@ -24,7 +24,7 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := s.ReadBalance(ctx, acct.ID)
+	snap, err := s.ReadBalance(ctx, acct.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 	if _, err := s.Apply(ctx, snap, charge, StatusPaid); err == nil {
 		t.Fatal("Apply succeeded although the ledger insert failed")
 	}
-	after, err := s.ReadBalance(ctx, acct.ID)
+	after, err := s.ReadBalance(ctx, acct.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 	if balance != 7500 {
 		t.Errorf("Apply returned balance %d, want 7500", balance)
 	}
-	after, _ = s.ReadBalance(ctx, acct.ID)
+	after, _ = s.ReadBalance(ctx, acct.ID, 0)
 	if after != (Snapshot{Balance: 7500, Version: 1}) {
 		t.Errorf("balance after Apply is %+v, want {7500 1}", after)
 	}

@@ -54,7 +54,7 @@ func (a *App) handleRefund(ctx context.Context, t *asynq.Task) error {
 	if o.Status != StatusPaid {
 		return nil // refunded already (or never paid): nothing to do
 	}
-	snap, err := a.store.ReadBalance(ctx, o.AccountID)
+	snap, err := a.store.ReadBalance(ctx, o.AccountID, fence(ctx))
 	if err != nil {
 		return err
 	}

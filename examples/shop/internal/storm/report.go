@@ -29,11 +29,17 @@ type Report struct {
 	// Withdrawals and refunds.
 	WithdrawAnswers map[int]int
 	RefundAnswers   map[int]int
-	RefundsWanted   int     // distinct orders whose refund was accepted (202)
-	RefundsApplied  int     // refund entries in the ledgers
-	StormBalance    Balance // summed over the storm accounts
-	StormLatency    Percentiles
-	Archived        int // refund tasks the worker gave up on
+	RefundOrders    int // orders paid at set-up for the refund requests
+	RefundsWanted   int // distinct orders whose refund was accepted (202)
+	RefundsApplied  int // refund entries in the ledgers
+	// RefundMismatches counts the orders of the refund phase whose outcome is wrong: an
+	// accepted refund not applied exactly once (no refund entry, or several), or the order
+	// not "refunded"; an order whose refunds were all refused that got a refund entry
+	// anyway.
+	RefundMismatches int
+	StormBalance     Balance // summed over the storm accounts
+	StormLatency     Percentiles
+	Archived         int // refund tasks the worker gave up on
 
 	// Over every account of the run.
 	LostUpdates         int // entries computed from a balance version another entry already used
@@ -65,7 +71,10 @@ func (r *Report) Anomalies() []Anomaly {
 		}
 	}
 	add(r.Charges-r.OrdersPaid, "charges beyond one per paid order")
+	add(r.OrdersPaid-1, "duplicate-pay order left unpaid (no pay went through)")
 	add(r.RefundsApplied-r.RefundsWanted, "refunds applied beyond one per refunded order")
+	add(r.RefundMismatches, "orders whose refund is not applied exactly once, or not marked refunded")
+	add(r.RefundsWanted-r.RefundOrders, "orders whose every refund request was refused")
 	add(r.Archived, "refund tasks given up")
 	add(r.LostUpdates, "lost balance updates")
 	add(r.BalanceMismatches, "accounts whose balance is not the expected one")
@@ -149,14 +158,16 @@ func (s *storm) measure(ctx context.Context, r *Report, payer account, payOrder 
 			want[o.acct] -= o.amount
 		}
 	}
-	refunded := map[string]bool{}
+	refunded, orders := map[string]bool{}, map[string]bool{}
 	for _, o := range refunds {
+		orders[o.order] = true
 		if o.ans.status == http.StatusAccepted && !refunded[o.order] {
 			refunded[o.order] = true
 			want[o.acct] += o.amount
 		}
 	}
-	r.RefundsWanted = len(refunded)
+	r.RefundOrders, r.RefundsWanted = len(orders), len(refunded)
+	perOrder := map[string]int{}
 	for i, a := range accts {
 		entries, bal, err := s.account(ctx, r, a.ID, stormBalance, want[i])
 		if err != nil {
@@ -167,7 +178,22 @@ func (s *storm) measure(ctx context.Context, r *Report, payer account, payOrder 
 		for _, e := range entries {
 			if e.Kind == "refund" {
 				r.RefundsApplied++
+				perOrder[e.OrderID]++
 			}
+		}
+	}
+	// Per order, not only in total: one order credited twice and another never would
+	// balance out in the totals.
+	for id := range orders {
+		var o order
+		if err := s.api.expect(ctx, "GET", "/api/orders/"+id, nil, nil, http.StatusOK, &o); err != nil {
+			return err
+		}
+		switch {
+		case refunded[id] && (perOrder[id] != 1 || o.Status != "refunded"):
+			r.RefundMismatches++
+		case !refunded[id] && perOrder[id] != 0:
+			r.RefundMismatches++
 		}
 	}
 	return nil

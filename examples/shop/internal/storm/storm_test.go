@@ -22,9 +22,14 @@ var small = storm.Config{Pays: 20, PayKeys: 4, Accounts: 2, Withdrawals: 40, Ref
 // run starts a shop on its own Redis and database and storms it.
 func run(t *testing.T, unprotected bool) *storm.Report {
 	t.Helper()
-	in := shoptest.Start(t, unprotected)
+	return stormAt(t, shoptest.Start(t, unprotected).URL)
+}
+
+// stormAt runs the small storm against the shop at url and logs its table.
+func stormAt(t *testing.T, url string) *storm.Report {
+	t.Helper()
 	cfg := small
-	cfg.BaseURL = in.URL
+	cfg.BaseURL = url
 	r, err := storm.Run(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

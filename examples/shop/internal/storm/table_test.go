@@ -12,7 +12,7 @@ func TestWriteTable(t *testing.T) {
 		Config: cfg, PayAnswers: map[int]int{200: 50}, OrdersPaid: 1, Charges: 50,
 		PayBalance:      Balance{Expected: 7500, Final: 7500},
 		WithdrawAnswers: map[int]int{200: 199, 0: 1}, RefundAnswers: map[int]int{202: 24},
-		RefundsWanted: 12, RefundsApplied: 15, LostUpdates: 7, InconsistentLedgers: 2, BalanceMismatches: 1,
+		RefundOrders: 12, RefundsWanted: 12, RefundsApplied: 15, RefundMismatches: 2, LostUpdates: 7, InconsistentLedgers: 2, BalanceMismatches: 1,
 		PayLatency: Percentiles{P50: 40 * time.Millisecond, P99: 60 * time.Millisecond},
 	}
 	good := &Report{Config: cfg, Protected: true, PayAnswers: map[int]int{200: 1, 409: 49}, OrdersPaid: 1, Charges: 1}
@@ -31,12 +31,13 @@ func TestWriteTable(t *testing.T) {
 		"3  refunds applied beyond one per refunded order",
 		"7  lost balance updates",
 		"1  withdraw answers other than 200",
+		"2  orders whose refund is not applied exactly once, or not marked refunded",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if got := bad.AnomalyCount(); got != 49+3+7+1+2+1 {
+	if got := bad.AnomalyCount(); got != 49+3+2+7+1+2+1 {
 		t.Errorf("AnomalyCount = %d", got)
 	}
 	if good.AnomalyCount() != 0 {
