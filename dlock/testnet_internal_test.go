@@ -3,6 +3,7 @@ package dlock
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -19,6 +20,15 @@ type testNet struct {
 	only  string // non-empty: the gate holds dials to this address only
 	// delay, when set, is how long each dial takes (honouring its context).
 	delay func() time.Duration
+	// refuse makes every new dial fail at once, as a server at its connection limit does.
+	refuse bool
+}
+
+// refuseDials makes new dials fail from now on; connections made already go on working.
+func (n *testNet) refuseDials() {
+	n.mu.Lock()
+	n.refuse = true
+	n.mu.Unlock()
 }
 
 func (n *testNet) block() {
@@ -44,6 +54,10 @@ func (n *testNet) waiting() int {
 
 func (n *testNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	n.mu.Lock()
+	if n.refuse {
+		n.mu.Unlock()
+		return nil, errors.New("testnet: connection refused")
+	}
 	gate := n.gate
 	if n.only != "" && addr != n.only {
 		gate = nil

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -68,16 +69,26 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 	if lis == nil {
 		// Listen for the hand-off, then look once more: the release may have come between
 		// our first look and the subscription.
-		if lis, err = c.be.listen(ctx, r.key, r.owner); err != nil {
+		lis, err = c.be.listen(ctx, r.key, r.owner)
+		switch {
+		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
 			c.cleanup(ctx, r, nil)
 			return g, c.waitErr(ctx, err)
-		}
-		select {
-		case <-lis.Ready():
-		case <-timer.C:
-		case <-ctx.Done():
-			c.cleanup(ctx, r, nil)
-			return g, &waitError{ctxErr: ctx.Err()}
+		case err != nil:
+			// No subscription (its connection cannot be made, while commands go through):
+			// the wait goes on by looking every retry interval. A Redis that is down shows
+			// at the next look, which comes at once.
+			c.log.Warn("dlock: waiting without pub/sub; looking every retry interval",
+				"key_hash", hashKey(r.key), "err", err)
+			lis = polling{}
+		default:
+			select {
+			case <-lis.Ready():
+			case <-timer.C:
+			case <-ctx.Done():
+				c.cleanup(ctx, r, nil)
+				return g, &waitError{ctxErr: ctx.Err()}
+			}
 		}
 		look = true
 	}
@@ -119,6 +130,16 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 		}
 	}
 }
+
+// polling is the listener of a wait without subscription: no notice ever comes, so the wait
+// loop looks again every retry interval (or when the holder's lease ends).
+type polling struct{}
+
+var closedReady = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (polling) C() <-chan notice       { return nil }
+func (polling) Ready() <-chan struct{} { return closedReady }
+func (polling) Close()                 {}
 
 // settled reports whether res ends the acquisition, and with which error.
 func (c *Client) settled(g *grant, r acquireRequest, res acquireResult) (bool, error) {
