@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/hibiken/asynq"
 
@@ -114,6 +115,28 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 	return m.finish(ctx, task, lk, herr, span)
 }
 
+// deadlineMargin is how long before the task's deadline a wait for the lock gives up (at most
+// a tenth of the time left), so that the middleware answers busy while asynq still listens:
+// a task whose context ends in the middleware is a failure with the deadline's error, its
+// retry spent and WithBusy ignored.
+const deadlineMargin = 500 * time.Millisecond
+
+// waitUntil is when a wait for the lock ends: WithWait from now, but no later than
+// deadlineMargin before the task's deadline; false when there is no time to wait (then one
+// look decides).
+func (m *middleware) waitUntil(ctx context.Context) (time.Time, bool) {
+	if m.cfg.wait <= 0 {
+		return time.Time{}, false
+	}
+	until := time.Now().Add(m.cfg.wait)
+	if d, ok := ctx.Deadline(); ok {
+		if last := d.Add(-min(deadlineMargin, time.Until(d)/10)); last.Before(until) {
+			until = last
+		}
+	}
+	return until, time.Until(until) > 0
+}
+
 // acquire takes the lock, mapping every way of not getting it to the error the task returns.
 func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) (*dlock.Lock, string, error) {
 	var opts []dlock.AcquireOption
@@ -122,8 +145,8 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 	}
 	var lk *dlock.Lock
 	var err error
-	if m.cfg.wait > 0 {
-		wctx, cancel := context.WithTimeout(ctx, m.cfg.wait)
+	if until, ok := m.waitUntil(ctx); ok {
+		wctx, cancel := context.WithDeadline(ctx, until)
 		lk, err = m.client.Acquire(wctx, key, opts...)
 		cancel()
 	} else {

@@ -17,7 +17,8 @@ type backend interface {
 	// place on every call.
 	acquire(ctx context.Context, r acquireRequest) (acquireResult, error)
 	// reenter adds the hold entry for an owner that has the lock; holds < 0: not the owner.
-	reenter(ctx context.Context, key, owner, entry string) (holds int, err error)
+	// With skipCompleted and a completion record, it adds nothing and returns the record.
+	reenter(ctx context.Context, key, owner, entry string, skipCompleted bool) (holds int, record []byte, err error)
 	// release drops the hold entry (storing a completion record first when asked); at the last
 	// hold the lock is freed and handed to the next waiter.
 	release(ctx context.Context, r releaseRequest) (releaseResult, error)
@@ -42,6 +43,9 @@ type backend interface {
 	// bounded reports whether every call ends on its own within the store client's timeouts,
 	// so that a context that cannot end cannot hang it.
 	bounded() bool
+	// answeredSince reports whether any call of this Client got an answer from the store after
+	// t: a wait whose own call went unanswered meanwhile met a busy client, not a silent store.
+	answeredSince(t time.Time) bool
 	// close stops background work and waits for it.
 	close() error
 }

@@ -118,7 +118,7 @@ func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant)
 	}
 	if err != nil {
 		c.cleanup(ctx, r, err)
-		return c.waitErr(ctx, err) // the caller's deadline, if that is what ended it
+		return c.lookErr(ctx, err, sent) // the caller's deadline, if that is what ended it
 	}
 	g.sent, g.valid, g.handedOff = sent, r.ttl, false
 	return nil
@@ -161,12 +161,12 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	if err := validKey(key); err != nil {
 		return nil, err
 	}
-	if outer := heldIn(ctx, c, key); outer != nil {
-		return outer.reenter(ctx)
-	}
 	var ac acquireConfig
 	for _, o := range opts {
 		o.applyAcquire(&ac)
+	}
+	if outer := heldIn(ctx, c, key); outer != nil {
+		return outer.reenter(ctx, ac.skipCompleted)
 	}
 	r := acquireRequest{key: key, ttl: ac.ttl, wait: wait, skipCompleted: ac.skipCompleted}
 	if r.ttl == 0 {

@@ -8,7 +8,9 @@ import (
 var (
 	// ErrNotObtained is returned when the lock is held by someone else: at once by TryAcquire,
 	// and by Acquire when its context ends first (then the error also matches the context's
-	// error with errors.Is).
+	// error with errors.Is). A wait whose context ended while Redis was not answering (a look
+	// at the lock unanswered for 100 ms or more) fails with ErrUnavailable and the context's
+	// error instead: the lock may well have been free.
 	ErrNotObtained = errors.New("dlock: not obtained")
 
 	// ErrNotHeld is returned by Release, Complete and Refresh on a hold that was already
@@ -70,6 +72,17 @@ type waitError struct{ ctxErr error }
 func (e *waitError) Error() string { return "dlock: not obtained: " + e.ctxErr.Error() }
 
 func (e *waitError) Unwrap() []error { return []error{ErrNotObtained, e.ctxErr} }
+
+// silentStoreError is returned when a wait's context ended while the store was not
+// answering its look at the lock: it matches the store's error (ErrUnavailable) and the
+// context's error, and not ErrNotObtained, since nobody knows whether the lock was busy.
+type silentStoreError struct{ ctxErr, err error }
+
+func (e *silentStoreError) Error() string {
+	return "dlock: the store did not answer before the context ended: " + e.err.Error()
+}
+
+func (e *silentStoreError) Unwrap() []error { return []error{e.err, e.ctxErr} }
 
 func unavailable(op string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)

@@ -317,8 +317,9 @@ func (l *lease) watcher() *watchdog {
 	return l.watchedBy
 }
 
-// reenter adds a hold to the lease for a nested Acquire.
-func (lk *Lock) reenter(ctx context.Context) (*Lock, error) {
+// reenter adds a hold to the lease for a nested Acquire. With skipCompleted, a completion
+// record of the key answers *CompletedError instead, as it does for a first acquisition.
+func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) {
 	l := lk.l
 	if err := l.err(); err != nil {
 		return nil, err
@@ -327,7 +328,10 @@ func (lk *Lock) reenter(ctx context.Context) (*Lock, error) {
 	l.entries++
 	entry := strconv.FormatInt(l.entries, 10)
 	l.mu.Unlock()
-	n, err := l.c.be.reenter(ctx, l.key, l.owner, entry)
+	n, record, err := l.c.be.reenter(ctx, l.key, l.owner, entry, skipCompleted)
+	if record != nil {
+		return nil, &CompletedError{Key: l.key, Record: record}
+	}
 	if err != nil {
 		// The script may have added the hold before the reply was lost: take it out again,
 		// or the key would outlive the releases of the holds the caller knows of.

@@ -313,11 +313,11 @@ type reentryFirst struct {
 	reentered, open chan struct{}
 }
 
-func (b *reentryFirst) reenter(ctx context.Context, key, owner, entry string) (int, error) {
-	n, err := b.backend.reenter(ctx, key, owner, entry)
+func (b *reentryFirst) reenter(ctx context.Context, key, owner, entry string, skip bool) (int, []byte, error) {
+	n, rec, err := b.backend.reenter(ctx, key, owner, entry, skip)
 	close(b.reentered)
 	<-b.open
-	return n, err
+	return n, rec, err
 }
 
 func (b *reentryFirst) release(ctx context.Context, r releaseRequest) (releaseResult, error) {

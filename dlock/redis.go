@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,6 +63,8 @@ type redisBackend struct {
 	mu      sync.Mutex
 	closing bool
 	calls   sync.WaitGroup // calls abandoned by their context, still finishing
+	// answered is when a call last got an answer (unix ns), whatever the answer said.
+	answered atomic.Int64
 }
 
 func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
@@ -262,17 +265,31 @@ func parseAcquire(v any, ttl time.Duration) (acquireResult, error) {
 	}
 }
 
-func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string) (int, error) {
+func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string, skipCompleted bool) (int, []byte, error) {
 	keys, _ := b.keys(key)
-	var n int64
+	skip := 0
+	if skipCompleted {
+		skip = 1
+	}
+	var reply any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
-		n, err = scriptReenter.Run(ctx, b.rdb, keys[:1], owner, entry).Int64()
+		reply, err = scriptReenter.Run(ctx, b.rdb, []string{keys[0], keys[3]}, owner, entry, skip).Result()
 		return err
 	})
 	if err != nil {
-		return 0, unavailable("reenter", err)
+		return 0, nil, unavailable("reenter", err)
 	}
-	return int(n), nil
+	switch r := reply.(type) {
+	case int64:
+		return int(r), nil, nil
+	case []any:
+		if len(r) == 2 {
+			if rec, ok := r[1].(string); ok {
+				return 0, []byte(rec), nil
+			}
+		}
+	}
+	return 0, nil, unavailable("reenter", fmt.Errorf("unexpected reply %v", reply))
 }
 
 func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
@@ -488,6 +505,7 @@ func (b *redisBackend) close() error {
 // A goroutine per call costs tens of microseconds on a small machine, where a Redis round
 // trip costs about a hundred.
 func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error) error {
+	fn = b.noteAnswer(fn)
 	if !b.mayOutlive(ctx) {
 		return fn(ctx)
 	}
@@ -515,6 +533,21 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 		return &inFlightError{err: ctx.Err(), finished: finished}
 	}
 }
+
+// noteAnswer wraps fn to record when the store answered: a reply, a Redis error reply or
+// redis.Nil, but not a network or context error.
+func (b *redisBackend) noteAnswer(fn func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		err := fn(ctx)
+		var rerr redis.Error
+		if err == nil || errors.As(err, &rerr) {
+			b.answered.Store(time.Now().UnixNano())
+		}
+		return err
+	}
+}
+
+func (b *redisBackend) answeredSince(t time.Time) bool { return b.answered.Load() > t.UnixNano() }
 
 // mayOutlive reports whether a call with ctx could go on well past ctx's end.
 func (b *redisBackend) mayOutlive(ctx context.Context) bool {

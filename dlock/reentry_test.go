@@ -221,3 +221,48 @@ func TestWithLockEndsWithRelease(t *testing.T) {
 	wantDone(t, early, context.Canceled, "the context its parent ended")
 	wantDone(t, dlock.WithLock(ctx, lk), dlock.ErrNotHeld, "WithLock of a released lock")
 }
+
+// A nested Acquire with SkipCompleted answers the completion record as a first acquisition
+// does, without adding a hold: an outer layer that locks the key without asking about
+// records must not make the inner layer's check disappear.
+func TestReentrySkipCompleted(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+
+	first, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Complete(ctx, []byte("task-1"), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	outer, err := c.Acquire(ctx, key) // no SkipCompleted: the outer layer takes the lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx := dlock.WithLock(ctx, outer)
+	_, err = c.Acquire(lctx, key, dlock.SkipCompleted())
+	var ce *dlock.CompletedError
+	if !errors.As(err, &ce) || string(ce.Record) != "task-1" || !errors.Is(err, dlock.ErrCompleted) {
+		t.Fatalf("re-entry with SkipCompleted: %v, want the record task-1", err)
+	}
+	if outer.HoldCount() != 1 {
+		t.Fatalf("hold count %d after the refused re-entry, want 1", outer.HoldCount())
+	}
+	inner, err := c.Acquire(lctx, key) // without SkipCompleted the re-entry still works
+	if err != nil || inner.HoldCount() != 2 {
+		t.Fatalf("plain re-entry: %v", err)
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := c.TryAcquire(ctx, key); err != nil {
+		t.Fatalf("the lock was not freed: %v", err)
+	} else {
+		_ = held.Release(ctx)
+	}
+}

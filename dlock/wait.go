@@ -52,7 +52,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 	}()
 	res, err := try()
 	if err != nil {
-		return g, c.waitErr(ctx, err)
+		return g, c.lookErr(ctx, err, g.sent)
 	}
 	if done, err := c.settled(&g, r, res); done {
 		return g, err
@@ -95,7 +95,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 	for {
 		if look {
 			if res, err = try(); err != nil {
-				return g, c.waitErr(ctx, err)
+				return g, c.lookErr(ctx, err, g.sent)
 			}
 			if done, err := c.settled(&g, r, res); done {
 				return g, err
@@ -167,6 +167,29 @@ func (c *Client) waitErr(ctx context.Context, err error) error {
 		return &waitError{ctxErr: ctx.Err()}
 	}
 	return err
+}
+
+// storeSilence is how long a look at the lock must have gone unanswered, with no other call
+// of the Client answered meanwhile, when the wait's context ended, for the end to be put
+// down to the store rather than to a busy lock. Redis answers a look in well under a
+// millisecond.
+const storeSilence = 100 * time.Millisecond
+
+// lookErr is the error of a wait whose look at the lock, sent at sent, failed with err. When
+// ctx ended, the wait ran out (ErrNotObtained and the context's error), unless the store is
+// what failed: the look failed with an error of its own, or went unanswered for storeSilence
+// while no other call of this Client got an answer either (Redis paused, partitioned, a dial
+// that hangs; not merely a busy connection pool). The error then matches err (so
+// ErrUnavailable) and the context's error, not ErrNotObtained.
+func (c *Client) lookErr(ctx context.Context, err error, sent time.Time) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	byCtx := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	if byCtx && (time.Since(sent) < storeSilence || c.be.answeredSince(sent)) {
+		return &waitError{ctxErr: ctx.Err()}
+	}
+	return &silentStoreError{ctxErr: ctx.Err(), err: err}
 }
 
 // dropHold removes one hold entry that a failed call (failing with failure) may have added,

@@ -298,7 +298,8 @@ func TestHungRedisRespectsContext(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err := c.Acquire(actx, uniqueKey(t))
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrNotObtained) {
+	// The store did not answer: unavailable, with the deadline (see TestWaitOnSilentStoreIsUnavailable).
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
 	if took := time.Since(start); took > time.Second {
@@ -428,5 +429,37 @@ func TestHandOffLeaseFromReleaser(t *testing.T) {
 	}
 	if err := l2.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A wait whose context ends while Redis does not answer (paused here, as in a partition) is
+// a store failure, not a busy lock: the error matches ErrUnavailable and the deadline, and
+// not ErrNotObtained. A wait that runs out on a busy lock stays ErrNotObtained.
+func TestWaitOnSilentStoreIsUnavailable(t *testing.T) {
+	srv, rdb, c := setup(t)
+	ctx := testContext(t, 30*time.Second)
+	key := uniqueKey(t)
+	holder := newClient(t, rdb)
+	held, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(ctx) }()
+
+	busy, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = c.Acquire(busy, key)
+	cancel()
+	if !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, dlock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait on a busy lock: %v, want ErrNotObtained and the deadline", err)
+	}
+
+	if err := srv.Pause(ctx, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	silent, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = c.Acquire(silent, key)
+	cancel()
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait while Redis does not answer: %v, want ErrUnavailable and the deadline, not ErrNotObtained", err)
 	}
 }

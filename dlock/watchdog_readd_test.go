@@ -18,11 +18,11 @@ type lostReenterReply struct {
 	renews atomic.Int64
 }
 
-func (b *lostReenterReply) reenter(ctx context.Context, key, owner, entry string) (int, error) {
-	if _, err := b.backend.reenter(ctx, key, owner, entry); err != nil {
-		return 0, err
+func (b *lostReenterReply) reenter(ctx context.Context, key, owner, entry string, skip bool) (int, []byte, error) {
+	if _, _, err := b.backend.reenter(ctx, key, owner, entry, skip); err != nil {
+		return 0, nil, err
 	}
-	return 0, unavailable("reenter", errors.New("injected: reply lost after the script ran"))
+	return 0, nil, unavailable("reenter", errors.New("injected: reply lost after the script ran"))
 }
 
 func (b *lostReenterReply) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
