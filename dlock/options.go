@@ -43,9 +43,10 @@ func WithLease(d time.Duration) Option {
 // WithRetryInterval sets how often a waiter looks at the lock again when no release message
 // reached it (a lost message, an expired holder). A queued waiter that stops looking for three
 // intervals is dropped from the line, and a lock handed to a waiter that never confirms it is
-// freed after three intervals. Default DefaultRetryInterval (1 s); minimum 10 ms.
+// freed after three intervals. Default DefaultRetryInterval (1 s); minimum 10 ms, maximum
+// one hour (three intervals must stay a representable duration).
 func WithRetryInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.retry = max(d, 10*time.Millisecond) })
+	return optionFunc(func(c *config) { c.retry = min(max(d, 10*time.Millisecond), time.Hour) })
 }
 
 // WithPrefix sets the prefix of every Redis key and channel the Client uses. Default

@@ -8,10 +8,10 @@
 --         {2, record} a completion record exists and skip completed was asked.
 -- Safe to run twice: a retried call finds its own owner id and answers obtained again.
 --
--- A released lock never has waiters (see the prelude), so taking one costs three calls (HMGET,
--- HSET, PEXPIRE); a lock whose hash is gone (new key, lease run out) also needs EXISTS on the
--- line and TIME for its token; skip completed looks for the record in the same EXISTS (or in
--- one of its own, for a released lock). Joining the line marks the lock hash (w), so that its
+-- A released lock never has waiters (see the prelude), so taking one costs four calls (HMGET,
+-- TIME for the token, HSET, PEXPIRE); a lock whose hash is gone (new key, lease run out) also
+-- needs EXISTS on the line; skip completed looks for the record in the same EXISTS (or in one
+-- of its own, for a released lock). Joining the line marks the lock hash (w), so that its
 -- holder's release looks at the line.
 local owner = ARGV[1]
 local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'w')

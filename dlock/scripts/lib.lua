@@ -27,16 +27,17 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- next_token returns the token after last (the lock hash's t): last + 1, or the server time in
--- microseconds when the hash does not exist (first use, lease expired, data lost). A chain of
--- tokens started from the clock stays behind it (each grant is a script of its own, over a
--- microsecond long), so a token is above every earlier one of its key as long as the server
--- clock does not step back.
+-- next_token returns the token after last (the lock hash's t, nil when the hash does not
+-- exist): the server time in microseconds, or last + 1 if that is not above last. Tokens thus
+-- follow the clock (each grant is a script of its own, over a microsecond long), and a
+-- replica promoted after missing the last grants, whose hash still holds an older t, gives a
+-- token above the lost ones as long as its clock is not behind the old master's.
 local function next_token(last)
-  if last then
+  local now = now_us()
+  if last and tonumber(last) >= now then
     return tonumber(last) + 1
   end
-  return now_us()
+  return now
 end
 
 local function lib()
