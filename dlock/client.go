@@ -23,6 +23,8 @@ type Client struct {
 	tel    *telemetry
 	log    *slog.Logger
 	closed atomic.Bool
+	// closing is closed by Close: waits in progress end with ErrClosed.
+	closing chan struct{}
 }
 
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a *redis.ClusterClient
@@ -34,7 +36,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	c := &Client{cfg: cfg, log: cfg.logger}
+	c := &Client{cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -44,7 +46,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	return c
 }
 
-// Close stops the watchdog and the pub/sub connection and waits for them. Locks the watchdog
+// Close stops the watchdog and the pub/sub connection and waits for them. Waits in progress
+// end with ErrClosed, and a lock an acquisition obtains as Close runs is freed in Redis and
+// answered with ErrClosed. Locks the watchdog
 // renews are no longer renewed: their Done closes with ErrLockLost and they expire in Redis at
 // the end of their lease. A lock taken WithTTL is not renewed anyway: it keeps its lease, and
 // its Done closes when that ends. Release locks before closing. Close does not close the Redis
@@ -53,6 +57,7 @@ func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
+	close(c.closing)
 	c.wd.close()
 	return c.be.close()
 }
@@ -193,6 +198,14 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 			}
 		}
 		break
+	}
+	if err == nil && c.closed.Load() {
+		// Obtained as Close ran: no watchdog will renew it and nobody can use it. Free it in
+		// Redis rather than leave it held to the end of its lease.
+		rctx, cancel := c.boundedContext(context.WithoutCancel(ctx))
+		_, _ = c.be.release(rctx, releaseRequest{key: key, owner: r.owner, entry: "1"})
+		cancel()
+		err = ErrClosed
 	}
 	c.tel.endAcquire(ctx, span, g, err)
 	if err != nil {

@@ -94,6 +94,20 @@ func (l *lease) extended(sent time.Time, ttl time.Duration) {
 	l.expiry.Reset(time.Until(l.deadline))
 }
 
+// shortened brings the local deadline forward to what a renewal to ttl sent at sent gives,
+// if that is earlier: for a renewal whose outcome is unknown.
+func (l *lease) shortened(sent time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	if d := sent.Add(ttl - drift(ttl)); d.Before(l.deadline) {
+		l.deadline = d
+		l.expiry.Reset(time.Until(d))
+	}
+}
+
 // end finishes the lease once with cause: ErrNotHeld after the last release, a lost error
 // otherwise. It reports whether this call ended it.
 func (l *lease) end(cause error) bool {
@@ -194,7 +208,8 @@ func (lk *Lock) Err() error {
 // on our clock only, which runs ahead of Redis's, still has the hold taken off in Redis, so
 // the last one frees the lock there if Redis has it as ours), and an error matching
 // ErrUnavailable when Redis could not be reached; in that last case the lock is no longer
-// renewed and expires at the end of its lease. Pass context.WithoutCancel of an ended
+// renewed and expires at the end of its lease, or, for a hold that was not the last, the
+// hold is taken off in the background so the other holds' release still frees the key. Pass context.WithoutCancel of an ended
 // context to release anyway: a context that cannot end is bounded by the Redis client's
 // timeouts, or by 5 s when it has none (ReadTimeout -1).
 func (lk *Lock) Release(ctx context.Context) error {
@@ -206,7 +221,9 @@ func (lk *Lock) Release(ctx context.Context) error {
 // SkipCompleted get a *CompletedError carrying the record instead of the lock. On a re-entrant
 // (inner) hold the record is stored at once while the outer hold keeps the key locked: waiters
 // with SkipCompleted are then told of the completion before the outer work ends. Errors are
-// those of Release; retention must be positive.
+// those of Release; retention must be positive. On a lease lost on our clock only (Redis
+// still has it as ours), the record is stored with the release all the same, and the loss is
+// returned.
 func (lk *Lock) Complete(ctx context.Context, record []byte, retention time.Duration) error {
 	if retention <= 0 {
 		return fmt.Errorf("dlock: complete %q: retention must be positive, got %v", lk.l.key, retention)
@@ -230,14 +247,16 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 	wd := l.watchedBy
 	l.mu.Unlock()
 	if err := l.err(); err != nil {
-		if errors.Is(err, ErrLockLost) && !l.c.closed.Load() {
-			// Lost on our clock, which runs ahead of Redis's by design: the lock may still be
-			// ours there. Take this hold off there (the script checks the owner), so that the
-			// last one frees it rather than leave it held to the end of its lease; the loss
-			// stays the answer.
+		if errors.Is(err, ErrLockLost) {
+			// Lost on our clock, which runs ahead of Redis's by design, or ended by Close: the
+			// lock may still be ours there. Take this hold off there (the script checks the
+			// owner), so that the last one frees it rather than leave it held to the end of
+			// its lease, storing Complete's record with it as a release would; the loss stays
+			// the answer.
+			r.key, r.owner, r.entry = l.key, l.owner, lk.entry
 			ctx, cancel := l.c.boundedContext(ctx)
 			defer cancel()
-			_, _ = l.c.be.release(ctx, releaseRequest{key: l.key, owner: l.owner, entry: lk.entry})
+			_, _ = l.c.be.release(ctx, r)
 		}
 		return err
 	}
@@ -254,7 +273,12 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 		if last {
 			// Stop renewing: the lock expires at the end of its lease at the latest.
 			l.end(ErrNotHeld)
+			return err
 		}
+		// The hold may still be in Redis (the call failed before reaching it, or its reply
+		// was lost): take it off in the background, or the release of the other holds would
+		// find it there and keep the key locked and renewed with nobody left to free it.
+		l.c.dropHold(ctx, l, lk.entry, err)
 		return err
 	case !res.owned:
 		err := lost("released by its owner but held by no one or another owner")
@@ -278,7 +302,8 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 // within a third of ttl; the watchdog does not renew it while a Refresh is in flight. It returns
 // ErrNotHeld for a released hold, an error matching ErrLockLost when the lock was lost (also
 // when someone else owns it now: their lock is not touched), ErrUnavailable wrapping Redis
-// errors, and an error for a ttl below 1 ms.
+// errors or the context's end, and an error for a ttl below 1 ms. When the outcome is
+// unknown (ErrUnavailable), the lock counts on the shorter of its old lease and ttl.
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return fmt.Errorf("dlock: refresh %q: ttl must be at least 1ms, got %v", lk.l.key, ttl)
@@ -289,23 +314,39 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	l := lk.l
 	select {
 	case l.renewing <- struct{}{}:
-		defer func() { <-l.renewing }()
 	case <-ctx.Done():
-		return ctx.Err()
+		return unavailable("refresh", ctx.Err())
 	}
 	sent := time.Now()
 	ok, err := l.c.be.renew(ctx, []renewal{{key: l.key, owner: l.owner, ttl: ttl}})
 	if err != nil {
+		// The outcome is unknown: Redis may have applied ttl, or may yet (a call given up by
+		// its context still runs). Count on the shorter of the two leases, and let no other
+		// renewal start until the call is over, so the two cannot cross.
+		l.shortened(sent, ttl)
+		go func() {
+			afterInFlight(err)
+			<-l.renewing
+		}()
 		return err
 	}
+	defer func() { <-l.renewing }()
 	if !ok[0] {
 		err := lost("refresh found the lock gone or owned by another owner")
 		l.end(err)
 		return err
 	}
 	l.extended(sent, ttl)
+	l.mu.Lock()
+	fixedHandOff := l.confirm && !l.auto
+	l.confirm = false // the lease is ttl now: no confirmation renewal may set it back
+	l.mu.Unlock()
 	if wd := l.watcher(); wd != nil {
-		wd.renewBy(l, sent.Add(ttl/3)) // a short ttl must not run out before the next renewal
+		if fixedHandOff {
+			wd.remove(l) // a fixed lease is not renewed
+		} else {
+			wd.renewBy(l, sent.Add(ttl/3)) // a short ttl must not run out before the next renewal
+		}
 	}
 	return nil
 }

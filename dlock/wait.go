@@ -88,6 +88,8 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			case <-ctx.Done():
 				c.cleanup(ctx, r, nil)
 				return g, &waitError{ctxErr: ctx.Err()}
+			case <-c.closing:
+				return g, ErrClosed // the place in line expires by itself
 			}
 		}
 		look = true
@@ -113,6 +115,8 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 		case <-ctx.Done():
 			c.cleanup(ctx, r, nil)
 			return g, &waitError{ctxErr: ctx.Err()}
+		case <-c.closing:
+			return g, ErrClosed // the place in line expires by itself
 		case n := <-lis.C():
 			if n.token == 0 || n.lease <= 0 || n.token <= busyToken {
 				continue // look again now (a notice without its lease: the look tells it; a stale one)

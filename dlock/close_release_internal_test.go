@@ -1,0 +1,281 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockguard/lockguard/internal/redistest"
+)
+
+// A re-entrant hold whose Release fails before its script reaches Redis (the caller's
+// context was already cancelled: the common deferred inner Release in a request whose client
+// went away) is taken off in the background: the outer Release then frees the key, which is
+// not left locked and renewed with nobody able to release it.
+func TestFailedInnerReleaseStillFreesKey(t *testing.T) {
+	const lease = 900 * time.Millisecond
+	c, srv, ctx := testClient(t, lease, nil)
+	rdb := srv.Client(t)
+	key := t.Name()
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := c.Acquire(WithLock(ctx, outer), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	ierr := inner.Release(cancelled)
+	t.Logf("inner Release(cancelled ctx) = %v", ierr)
+	if ierr == nil {
+		t.Skip("the inner release went through: scenario not reached")
+	}
+	if err := inner.Release(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("inner Release retried = %v", err)
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Fatalf("outer Release = %v", err)
+	}
+	if n := outer.HoldCount(); n != 0 {
+		t.Fatalf("HoldCount after every hold was released: %d", n)
+	}
+	other := New(rdb)
+	defer other.Close()
+	// Every hold the caller has was released: the key must be free, at the latest when the
+	// lease taken before the release would have run out.
+	deadline := time.Now().Add(lease + 200*time.Millisecond)
+	for {
+		lk, err := other.TryAcquire(ctx, key)
+		if err == nil {
+			_ = lk.Release(ctx)
+			return
+		}
+		if time.Now().After(deadline) {
+			lockKey := "lockguard:{" + key + "}:lock"
+			o, _ := rdb.HGet(ctx, lockKey, "o").Result()
+			h, _ := rdb.HGet(ctx, lockKey, "h").Result()
+			pttl, _ := rdb.PTTL(ctx, lockKey).Result()
+			t.Fatalf("every hold released (outer Release returned nil), yet %v later the key is "+
+				"still locked: owner ours=%v h=%s pttl=%v, Done closed=%v Err=%v; other client: %v",
+				lease+200*time.Millisecond, o == outer.l.owner, h, pttl, isClosed(outer.Done()), outer.Err(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close ends a wait in progress with ErrClosed; the waiter does not go on to take the lock
+// for a Client nobody can use any more.
+func TestCloseEndsWaits(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	holder := New(rdb)
+	defer holder.Close()
+	c := New(rdb, WithRetryInterval(200*time.Millisecond))
+	defer c.Close()
+	ctx, cancelCtx := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelCtx()
+	key := t.Name()
+	held, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lk  *Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lk, err := c.Acquire(ctx, key)
+		got <- result{lk, err}
+	}()
+	qkey := "lockguard:{" + key + "}:q"
+	if !waitFor(5*time.Second, func() bool { n, _ := rdb.ZCard(ctx, qkey).Result(); return n == 1 }) {
+		t.Fatal("waiter not queued")
+	}
+	time.Sleep(300 * time.Millisecond) // subscribed and waiting
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if !errors.Is(r.err, ErrClosed) {
+			t.Fatalf("wait ended by Close: %v, want ErrClosed", r.err)
+		}
+		return
+	case <-time.After(1500 * time.Millisecond):
+	}
+	// Still waiting after Close. The holder releases: the closed Client's waiter takes it.
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("wait neither ended by Close nor by the release")
+	}
+	msg := "Acquire still waiting 1.5 s after Close"
+	if r.err != nil {
+		t.Fatalf("%s; after the release it returned %v", msg, r.err)
+	}
+	<-r.lk.Done() // ended by the closed watchdog
+	rerr := r.lk.Release(ctx)
+	lockKey := "lockguard:{" + key + "}:lock"
+	o, _ := rdb.HGet(ctx, lockKey, "o").Result()
+	pttl, _ := rdb.PTTL(ctx, lockKey).Result()
+	_, oerr := holder.TryAcquire(ctx, key)
+	t.Fatalf("%s; then it obtained the lock on the closed Client (token %d, Err %v); its "+
+		"Release = %v; Redis still has it as that owner: %v (pttl %v); another client's TryAcquire: %v",
+		msg, r.lk.Token(), r.lk.Err(), rerr, o == r.lk.l.owner && o != "", pttl, oerr)
+}
+
+// Refresh on a WithTTL lock obtained by hand-off: the confirmation renewal the watchdog had
+// planned must not set the lease back to the acquisition's TTL after the Refresh.
+func TestRefreshOfHandedOffTTLLockHolds(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	releaser := New(rdb) // claim lease 3 s
+	defer releaser.Close()
+	waiter := New(rdb)
+	defer waiter.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := t.Name()
+	held, err := releaser.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lock, 1)
+	go func() {
+		lk, err := waiter.Acquire(ctx, key, WithTTL(2*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	qkey := "lockguard:{" + key + "}:q"
+	if !waitFor(5*time.Second, func() bool { n, _ := rdb.ZCard(ctx, qkey).Result(); return n == 1 }) {
+		t.Fatal("waiter not queued")
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk := <-got
+	if lk == nil {
+		t.FailNow()
+	}
+	defer func() { _ = lk.Release(ctx) }()
+	if err := lk.Refresh(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3500 * time.Millisecond) // past the 2 s TTL, and past the claim lease
+	lockKey := "lockguard:{" + key + "}:lock"
+	pttl, _ := rdb.PTTL(ctx, lockKey).Result()
+	if err := lk.Err(); err != nil || pttl < 30*time.Second {
+		t.Fatalf("Refresh(1m) succeeded, yet 3.5 s later: Err = %v, PTTL in Redis %v", err, pttl)
+	}
+}
+
+// A Refresh that shortens the lease and whose context ends while Redis is stalled has an
+// unknown outcome: Redis may apply it when it resumes. The holder then counts on the shorter
+// lease, so it never believes it holds a lock Redis has let go to someone else.
+func TestAbandonedShorteningRefreshCountsShortLease(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c := New(rdb)
+	defer c.Close()
+	other := New(rdb)
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := t.Name()
+	lk, err := c.Acquire(ctx, key, WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Release(ctx) }()
+	if err := lk.Refresh(ctx, 10*time.Second); err != nil { // loads the renew script
+		t.Fatal(err)
+	}
+	if err := srv.Pause(ctx, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	rerr := lk.Refresh(rctx, 300*time.Millisecond)
+	rcancel()
+	t.Logf("Refresh with a context ending mid-call: %v", rerr)
+	if rerr == nil {
+		t.Skip("Refresh succeeded: scenario not reached")
+	}
+	time.Sleep(time.Second) // pause over (0.5 s), then the late 300 ms lease ran out
+	lk2, err := other.TryAcquire(ctx, key)
+	if err != nil {
+		return // still ours in Redis: fine
+	}
+	defer func() { _ = lk2.Release(ctx) }()
+	if lk.Err() == nil {
+		t.Fatalf("two holders: the first holder's lock reports held (Err nil) while another "+
+			"client holds the key (token %d > %d)", lk2.Token(), lk.Token())
+	}
+}
+
+// An acquisition in flight when Close is called returns ErrClosed and frees the lock it got
+// in Redis, rather than return a dead Lock while the key stays locked for the whole lease.
+func TestAcquireInFlightAtCloseFreesKey(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c := New(rdb)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	key := t.Name()
+	if _, _, err := c.Completed(ctx, key); err != nil { // a connection in the pool
+		t.Fatal(err)
+	}
+	if err := srv.Pause(ctx, 700*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lk  *Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		lk, err := c.TryAcquire(context.Background(), key)
+		got <- result{lk, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // the script is on its way
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	t.Logf("TryAcquire in flight at Close: %v", r.err)
+	if r.err != nil {
+		if errors.Is(r.err, ErrClosed) {
+			return
+		}
+		t.Fatalf("TryAcquire in flight at Close: %v", r.err)
+	}
+	<-r.lk.Done() // ended by the closed watchdog
+	rerr := r.lk.Release(ctx)
+	other := New(rdb)
+	defer other.Close()
+	_, oerr := other.TryAcquire(ctx, key)
+	pttl, _ := rdb.PTTL(ctx, "lockguard:{"+key+"}:lock").Result()
+	if oerr != nil {
+		t.Fatalf("TryAcquire in flight at Close returned a lock (Err %v); its Release = %v; the "+
+			"key stays locked in Redis for %v with nobody to release it (another client: %v)",
+			r.lk.Err(), rerr, pttl.Round(time.Second), oerr)
+	}
+}
