@@ -91,15 +91,7 @@ func TestCloseEndsWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		lk  *Lock
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		lk, err := c.Acquire(ctx, key)
-		got <- result{lk, err}
-	}()
+	got := goAcquire(func() (*Lock, error) { return c.Acquire(ctx, key) })
 	qkey := "lockguard:{" + key + "}:q"
 	if !waitFor(5*time.Second, func() bool { n, _ := rdb.ZCard(ctx, qkey).Result(); return n == 1 }) {
 		t.Fatal("waiter not queued")
@@ -120,7 +112,7 @@ func TestCloseEndsWaits(t *testing.T) {
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var r result
+	var r lockResult
 	select {
 	case r = <-got:
 	case <-time.After(5 * time.Second):
@@ -246,15 +238,7 @@ func TestAcquireInFlightAtCloseFreesKey(t *testing.T) {
 	if err := srv.Pause(ctx, 700*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		lk  *Lock
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		lk, err := c.TryAcquire(context.Background(), key)
-		got <- result{lk, err}
-	}()
+	got := goAcquire(func() (*Lock, error) { return c.TryAcquire(context.Background(), key) })
 	time.Sleep(200 * time.Millisecond) // the script is on its way
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -278,4 +262,20 @@ func TestAcquireInFlightAtCloseFreesKey(t *testing.T) {
 			"key stays locked in Redis for %v with nobody to release it (another client: %v)",
 			r.lk.Err(), rerr, pttl.Round(time.Second), oerr)
 	}
+}
+
+// lockResult is what an acquisition run in a goroutine returned.
+type lockResult struct {
+	lk  *Lock
+	err error
+}
+
+// goAcquire runs acquire in a goroutine; its result arrives on the channel.
+func goAcquire(acquire func() (*Lock, error)) <-chan lockResult {
+	got := make(chan lockResult, 1)
+	go func() {
+		lk, err := acquire()
+		got <- lockResult{lk, err}
+	}()
+	return got
 }
