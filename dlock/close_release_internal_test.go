@@ -108,7 +108,7 @@ func TestCloseEndsWaits(t *testing.T) {
 		return
 	case <-time.After(1500 * time.Millisecond):
 	}
-	// Still waiting after Close. The holder releases: the closed Client's waiter takes it.
+	// The wait outlived Close (a failure): show what it does once the holder releases.
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
