@@ -2,11 +2,13 @@ package dlock_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -123,6 +125,9 @@ func TestPausedWaiterIgnoresStaleHandOff(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond) // and listening
 		_ = cmd.Process.Signal(syscall.SIGSTOP)
+		// The signal stops every thread of the waiter soon, not at once; on a loaded machine
+		// a thread could still take the hand-off up before it stops. Wait until all are.
+		waitStopped(t, cmd.Process.Pid)
 		if err := holder.Release(ctx); err != nil { // handed to the paused waiter
 			t.Fatal(err)
 		}
@@ -146,6 +151,32 @@ func TestPausedWaiterIgnoresStaleHandOff(t *testing.T) {
 			t.Fatalf("round %d: waiter obtained token %d at %s, but token %d was held until %s",
 				round, token, time.Unix(0, at).Format(time.StampMicro), next.Token(), freed.Format(time.StampMicro))
 		}
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped (state T in /proc).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		stopped := len(tasks) > 0
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			// The state follows the command name in parentheses: "pid (comm) S ...".
+			i := bytes.LastIndexByte(b, ')')
+			if err != nil || i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not stop", pid)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
