@@ -34,8 +34,8 @@
 //   - Re-entry: an Acquire of the same key on the same Client with a context from WithLock adds
 //     a hold (a field in the lock's Redis hash) instead of deadlocking.
 //   - Fencing tokens: every new lease of a key gets a token above every earlier one, also after
-//     the lock expired, was deleted, or Redis lost its data, as long as the server clock does not
-//     step back.
+//     the lock expired, was deleted, Redis lost its data, or a replica that missed the last
+//     grants was promoted, as long as the server clock does not step back (tokens follow it).
 //   - Completion records: Complete stores a record and releases in one step; an acquisition
 //     with SkipCompleted gets the record instead of the lock. Middlewares build idempotent
 //     replay and "done" markers on it.

@@ -61,6 +61,8 @@
 //
 // keyfunc does not cap the body: the adapter does, and reports ErrBodyTooLarge. It does not
 // decode multipart forms (an adapter may serve them through KindForm). JSON paths cannot
-// name members containing '.'; use From for those. Keys are not secret: hashing hides long
-// values, not short ones (use HashAbove(0) to hash every value of a part).
+// name members containing '.'; use From for those. JSON member names match ignoring case, as
+// encoding/json fills a handler's struct, so the key names what the handler reads; a body
+// with two members that match one path segment is refused. Keys are not secret: hashing
+// hides long values, not short ones (use HashAbove(0) to hash every value of a part).
 package keyfunc
