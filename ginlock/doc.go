@@ -47,7 +47,9 @@
 //   - Redis unavailable means 503 and no handler (fail closed), unless WithFailOpen.
 //   - Keys and their values never appear in telemetry, logs or error bodies; only a hash.
 //     The one exception is the error of a failing keyfunc.From function, which is logged as
-//     the function wrote it (the client gets a bare 500).
+//     the function wrote it (the client gets a bare 500); a From error that wraps a keyfunc
+//     sentinel (ErrMissing, ErrInvalid, ErrTooLong) is answered like it, 400 with the error's
+//     text in the detail, so keep values out of such errors.
 //
 // # Limits
 //

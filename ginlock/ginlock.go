@@ -227,7 +227,13 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 			c.Header("Retry-After", retryAfter) // nothing was stored: a retry runs it again
 			m.reject(c, http.StatusConflict, lost)
 		}
+		// Lost on our clock, which runs ahead of Redis's: Redis may still have the lock as
+		// ours. The release frees it there (it checks the owner); it reports the loss again.
+		_ = lock.Release(ctx)
 		return
+	}
+	if rec != nil && origCtx.Err() != nil {
+		rec.clientGone() // a stream may have stopped short for it, without a failed write
 	}
 	if returned && rec != nil && !c.GetBool(rejectedKey{}) && m.cfg.storable(rec.ResponseWriter.Status()) {
 		if r, ok := rec.record(); ok {

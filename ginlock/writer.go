@@ -24,7 +24,9 @@ type recorder struct {
 	header        http.Header // the kept headers, taken when the response started
 	body          []byte
 	writes        int  // Write calls with a body
-	writeFailed   bool // a write to the client failed
+	writeFailed   bool // a write to the client failed, or the client went away (clientGone)
+	gone          bool // the request's context ended before the handler returned
+	flushed       bool // the handler flushed: it streams
 	overflow      bool
 	hijacked      bool
 }
@@ -96,10 +98,18 @@ func (w *recorder) wrote(n int, err error) {
 	}
 }
 
+// clientGone records that the request's context ended before the handler returned: a
+// streaming handler stops when its client goes away (c.Stream, a select on ctx.Done), and
+// net/http often accepts writes after a disconnect, so no write has to fail for the body to
+// be cut short. The body then counts as complete only by the rules after a failed write.
+func (w *recorder) clientGone() { w.writeFailed, w.gone = true, true }
+
 // complete reports whether the kept body is all the handler meant to send. Without a failed
-// write it is. After one, the handler may have stopped writing (a stream, c.DataFromReader,
-// c.File): the body is complete when it has its Content-Length, or, without one, when the
-// handler wrote it in a single call (c.JSON, c.String, c.Data), which was kept whole.
+// write (or the client gone) it is. After one, the handler may have stopped writing (a
+// stream, c.DataFromReader, c.File): the body is complete when it has its Content-Length, or,
+// without one, when the handler wrote it in a single call (c.JSON, c.String, c.Data), which
+// was kept whole, unless it flushed with its client gone: a stream's first chunk is one
+// write too.
 func (w *recorder) complete() bool {
 	if !w.writeFailed {
 		return true
@@ -108,10 +118,11 @@ func (w *recorder) complete() bool {
 		n, err := strconv.Atoi(cl)
 		return err == nil && n == len(w.body)
 	}
-	return w.writes == 1
+	return w.writes == 1 && !(w.gone && w.flushed)
 }
 
 func (w *recorder) Flush() {
+	w.flushed = true
 	w.started()
 	w.ResponseWriter.Flush()
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -183,6 +184,11 @@ func appendCanonical(dst []byte, v any) ([]byte, error) {
 		for k := range x {
 			keys = append(keys, k)
 		}
+		// Members whose names differ only in case fill one struct field, the last one in the
+		// body winning: sorting them would hide which one that is.
+		if foldDuplicate(keys) {
+			return dst, fmt.Errorf("%w: object members whose names differ only in case", ErrInvalid)
+		}
 		slices.Sort(keys)
 		for i, k := range keys {
 			if i > 0 {
@@ -197,6 +203,37 @@ func appendCanonical(dst []byte, v any) ([]byte, error) {
 		return append(dst, '}'), nil
 	}
 	return dst, fmt.Errorf("%w: unexpected JSON value %T", ErrInvalid, v)
+}
+
+// foldDuplicate reports whether two of keys are equal when case is ignored (strings.EqualFold).
+func foldDuplicate(keys []string) bool {
+	if len(keys) < 2 {
+		return false
+	}
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		f := foldKey(k)
+		if seen[f] {
+			return true
+		}
+		seen[f] = true
+	}
+	return false
+}
+
+// foldKey maps each rune of s to the least rune of its simple case folding orbit, so that
+// foldKey(a) == foldKey(b) exactly when strings.EqualFold(a, b).
+func foldKey(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
 }
 
 func appendJSONString(dst []byte, s string) []byte {

@@ -173,3 +173,22 @@ func TestJSONErrorsQuoteNoBody(t *testing.T) {
 		}
 	}
 }
+
+// The canonical body keeps no two members whose names differ only in case: a handler's
+// struct takes the last of them, which sorted keys would hide. BodyHash then hashes the raw
+// bytes, so the two orders are two requests. foldKey agrees with strings.EqualFold.
+func TestCanonicalRefusesCaseVariantMembers(t *testing.T) {
+	a, _ := Join(BodyHash()).Key(&MapSource{Payload: []byte(`{"amount":100,"Amount":5}`)})
+	b, _ := Join(BodyHash()).Key(&MapSource{Payload: []byte(`{"Amount":5,"amount":100}`)})
+	if a == b {
+		t.Errorf("bodies a handler reads as 5 and as 100 share the body hash %q", a)
+	}
+	if _, err := Join(JSON("")).Key(&MapSource{Payload: []byte(`{"k":1,"\u212a":2}`)}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("members k and the Kelvin sign (equal ignoring case): %v, want ErrInvalid", err)
+	}
+	for _, pair := range [][2]string{{"a", "A"}, {"k", "\u212a"}, {"s", "\u017f"}, {"ß", "ẞ"}, {"ab", "aB"}, {"a", "b"}, {"é", "É"}, {"Σ", "ς"}} {
+		if got, want := foldKey(pair[0]) == foldKey(pair[1]), strings.EqualFold(pair[0], pair[1]); got != want {
+			t.Errorf("foldKey(%q) == foldKey(%q) is %v, strings.EqualFold says %v", pair[0], pair[1], got, want)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package ginlock_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/ginlock"
+	"github.com/lockguard/lockguard/internal/locktest"
+)
+
+// A lock lost on our clock only (WithTTL: the local deadline is drift(ttl) before Redis's)
+// is still ours in Redis; ginlock releases it on its lost path too, so the 409's promise that
+// a retry runs holds at once.
+func TestLostLockIsReleasedInRedis(t *testing.T) {
+	e := setup(t)
+	r := router()
+	r.POST("/accounts/:id", ginlock.New(e.locks, accountKey, ginlock.WithTTL(5*time.Second)), func(c *gin.Context) {
+		<-c.Request.Context().Done()
+	})
+	wantProblem(t, do(r, req{path: "/accounts/7"}), http.StatusConflict)
+	if keys := locktest.Held(t, e.rdb); len(keys) != 0 {
+		pttl, _ := e.rdb.PTTL(context.Background(), keys[0]).Result()
+		t.Fatalf("after the lost-lock 409 the lock is still held in Redis: %v (pttl %v); "+
+			"a retry now gets %d", keys, pttl, do(r, req{path: "/accounts/7"}).Code)
+	}
+}
+
+// A streaming handler that stops when the client goes away (ctx.Done, c.Stream) returns
+// without any failed write: the cut-short stream must not be stored and replayed.
+func TestStreamCutShortByClientGoneNotStored(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	cancelFirst := make(chan context.CancelFunc, 1)
+	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		runs.Add(1)
+		ctx := c.Request.Context()
+		c.Header("Content-Type", "text/plain")
+		for i := range 3 {
+			select {
+			case <-ctx.Done():
+				return // client gone: stop streaming
+			default:
+			}
+			_, _ = fmt.Fprintf(c.Writer, "chunk%d\n", i)
+			c.Writer.Flush()
+			if i == 0 {
+				select {
+				case cancel := <-cancelFirst:
+					cancel() // the client hangs up after the first chunk
+				default:
+				}
+			}
+		}
+	})
+	key := idemKey(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelFirst <- cancel
+	w := do(r, req{path: "/export", user: "u", key: key, ctx: ctx})
+	if got := w.Body.String(); got != "chunk0\n" {
+		t.Fatalf("first: body %q, want the cut-short stream", got)
+	}
+	w = do(r, req{path: "/export", user: "u", key: key})
+	if w.Header().Get(ginlock.ReplayedHeader) == "true" || runs.Load() != 2 {
+		t.Fatalf("retry after a stream cut short: %d %q replayed=%q after %d runs; want the handler to run again",
+			w.Code, w.Body, w.Header().Get(ginlock.ReplayedHeader), runs.Load())
+	}
+}
+
+// encoding/json fills a struct field from members whose names differ only in case, the last
+// one winning: {"amount":100,"Amount":5} and {"Amount":5,"amount":100} are different
+// requests to a Go handler, so the second gets 422, not the first one's response.
+func TestFingerprintTellsCaseVariantMembersApart(t *testing.T) {
+	e := setup(t)
+	r := router()
+	r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		var in struct {
+			Amount int `json:"amount"`
+		}
+		if err := c.ShouldBindJSON(&in); err != nil {
+			c.Status(http.StatusBadRequest)
+			return
+		}
+		c.JSON(http.StatusCreated, gin.H{"charged": in.Amount})
+	})
+	key := idemKey(t)
+	w1 := do(r, req{path: "/payments", user: "u", key: key, body: `{"amount":100,"Amount":5}`})
+	w2 := do(r, req{path: "/payments", user: "u", key: key, body: `{"Amount":5,"amount":100}`})
+	if w2.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("first charged %s; second (handler would charge 100) got %d %s replayed=%q, want 422",
+			w1.Body, w2.Code, w2.Body, w2.Header().Get(ginlock.ReplayedHeader))
+	}
+}
