@@ -505,9 +505,8 @@ func (b *redisBackend) close() error {
 // A goroutine per call costs tens of microseconds on a small machine, where a Redis round
 // trip costs about a hundred.
 func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error) error {
-	fn = b.noteAnswer(fn)
 	if !b.mayOutlive(ctx) {
-		return fn(ctx)
+		return b.noteAnswer(fn(ctx))
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -524,7 +523,7 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 	go func() {
 		defer b.calls.Done()
 		defer close(finished)
-		err = fn(ctx)
+		err = b.noteAnswer(fn(ctx))
 	}()
 	select {
 	case <-finished:
@@ -534,17 +533,14 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 	}
 }
 
-// noteAnswer wraps fn to record when the store answered: a reply, a Redis error reply or
-// redis.Nil, but not a network or context error.
-func (b *redisBackend) noteAnswer(fn func(context.Context) error) func(context.Context) error {
-	return func(ctx context.Context) error {
-		err := fn(ctx)
-		var rerr redis.Error
-		if err == nil || errors.As(err, &rerr) {
-			b.answered.Store(time.Now().UnixNano())
-		}
-		return err
+// noteAnswer records when the store answered a call that returned err: with a reply, a Redis
+// error reply or redis.Nil, but not a network or context error. It returns err.
+func (b *redisBackend) noteAnswer(err error) error {
+	var rerr redis.Error
+	if err == nil || errors.As(err, &rerr) {
+		b.answered.Store(time.Now().UnixNano())
 	}
+	return err
 }
 
 func (b *redisBackend) answeredSince(t time.Time) bool { return b.answered.Load() > t.UnixNano() }

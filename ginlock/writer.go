@@ -24,7 +24,7 @@ type recorder struct {
 	header        http.Header // the kept headers, taken when the response started
 	body          []byte
 	writes        int  // Write calls with a body
-	writeFailed   bool // a write to the client failed, or the client went away (clientGone)
+	writeFailed   bool // a write to the client failed
 	gone          bool // the request's context ended before the handler returned
 	flushed       bool // the handler flushed: it streams
 	overflow      bool
@@ -102,7 +102,7 @@ func (w *recorder) wrote(n int, err error) {
 // streaming handler stops when its client goes away (c.Stream, a select on ctx.Done), and
 // net/http often accepts writes after a disconnect, so no write has to fail for the body to
 // be cut short. The body then counts as complete only by the rules after a failed write.
-func (w *recorder) clientGone() { w.writeFailed, w.gone = true, true }
+func (w *recorder) clientGone() { w.gone = true }
 
 // complete reports whether the kept body is all the handler meant to send. Without a failed
 // write (or the client gone) it is. After one, the handler may have stopped writing (a
@@ -111,7 +111,7 @@ func (w *recorder) clientGone() { w.writeFailed, w.gone = true, true }
 // was kept whole, unless it flushed with its client gone: a stream's first chunk is one
 // write too.
 func (w *recorder) complete() bool {
-	if !w.writeFailed {
+	if !w.writeFailed && !w.gone {
 		return true
 	}
 	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" {

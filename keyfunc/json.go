@@ -99,7 +99,8 @@ func lookupPath(v any, segs []string) (any, bool, error) {
 	for _, seg := range segs {
 		switch node := v.(type) {
 		case map[string]any:
-			next, n := node[seg], 0
+			var next any
+			n := 0
 			for k, val := range node {
 				if strings.EqualFold(k, seg) {
 					next = val
