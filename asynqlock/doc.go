@@ -20,7 +20,9 @@
 // field is archived with asynq.SkipRetry: retrying cannot fix it), takes the lock without
 // waiting (WithWait to queue for it), and runs the handler with a context that carries the
 // lock and is cancelled if the lease is lost. A busy lock returns an *ErrLocked carrying
-// RetryIn, or asynq.SkipRetry / asynq.RevokeTask with WithBusy. With WithDoneMarker a
+// RetryIn, or asynq.SkipRetry / asynq.RevokeTask with WithBusy; a wait ends before the
+// task's own deadline so that asynq sees that answer, and a Redis that stops answering
+// during the wait is a failure (dlock.ErrUnavailable), not a busy lock. With WithDoneMarker a
 // successful task records its key as done in the same atomic step that releases the lock,
 // and later tasks with that key are acknowledged without running. OncePerSlot adds the
 // schedule slot to the key and turns the done marker on; WithSlotLocation counts the slots
