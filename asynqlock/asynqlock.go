@@ -69,12 +69,25 @@ func (m *middleware) wrap(next asynq.Handler) asynq.Handler {
 	})
 }
 
-// errHandlerPanicked ends the span of a task whose handler panicked; asynq reports the panic.
-var errHandlerPanicked = errors.New("asynqlock: handler panicked")
+// errPanicked ends the span of a task whose key function or handler panicked; asynq
+// recovers the panic and reports it.
+var errPanicked = errors.New("asynqlock: panicked")
 
 func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.Handler) (err error) {
 	ctx = m.tel.extract(ctx, task)
 	ctx, span := m.tel.start(ctx, task.Type())
+	var lk *dlock.Lock
+	defer func() {
+		// asynq recovers panics, of the key function (user code with keyfunc.From) or of the
+		// handler; the lock must not stay held (and renewed) after one, nor the span open.
+		// The panic is not recovered here, so asynq reports it from where it was raised.
+		if !span.ended {
+			if lk != nil {
+				_ = lk.Release(context.WithoutCancel(ctx)) // the panic is the error that matters
+			}
+			span.end(OutcomePanicked, errPanicked)
+		}
+	}()
 
 	src := newSource(ctx, task, m.cfg.maxPayload)
 	key, kerr := m.key.Key(src)
@@ -101,17 +114,7 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 	if !src.slot.IsZero() {
 		hctx = context.WithValue(hctx, slotKey{}, src.slot)
 	}
-	returned := false
-	defer func() {
-		// asynq recovers handler panics; the lock must not stay held (and renewed) after one.
-		// The panic is not recovered here, so asynq reports it from where it was raised.
-		if !returned {
-			_ = lk.Release(context.WithoutCancel(ctx)) // the panic is the error that matters
-			span.end(OutcomeError, errHandlerPanicked)
-		}
-	}()
 	herr := next.ProcessTask(hctx, task)
-	returned = true
 	return m.finish(ctx, task, lk, herr, span)
 }
 

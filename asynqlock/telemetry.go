@@ -25,6 +25,15 @@ const (
 	OutcomeUnavailable = "unavailable" // Redis could not be reached; retried by asynq
 	OutcomeLost        = "lost"        // the lock was lost while the handler ran
 	OutcomeError       = "error"       // any other failure to lock (a closed dlock.Client)
+	OutcomePanicked    = "panicked"    // the key function or the handler panicked; asynq reports it
+)
+
+// Histogram bounds in seconds. The SDK's defaults (0, 5, 10, 25, ...) suit milliseconds and
+// would put every wait and most holds in one bucket. A wait ends within a task's timeout; a
+// hold lasts as long as the handler, which for a task may be an hour.
+var (
+	waitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	holdBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600}
 )
 
 type telemetry struct {
@@ -52,11 +61,13 @@ func newTelemetry(c *config) *telemetry {
 		otel.Handle(err)
 	}
 	if t.wait, err = m.Float64Histogram("asynqlock.lock.wait", metric.WithUnit("s"),
-		metric.WithDescription("Time from the start of a task to the outcome of its lock.")); err != nil {
+		metric.WithDescription("Time from the start of a task to the outcome of its lock."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...)); err != nil {
 		otel.Handle(err)
 	}
 	if t.hold, err = m.Float64Histogram("asynqlock.lock.hold", metric.WithUnit("s"),
-		metric.WithDescription("Time the lock was held while the handler ran.")); err != nil {
+		metric.WithDescription("Time the lock was held while the handler ran."),
+		metric.WithExplicitBucketBoundaries(holdBuckets...)); err != nil {
 		otel.Handle(err)
 	}
 	return t
@@ -77,7 +88,8 @@ type taskSpan struct {
 	span     trace.Span
 	taskType attribute.KeyValue
 	start    time.Time
-	locked   time.Time
+	locked   time.Time // when the lock was obtained; zero when it was not
+	ended    bool
 }
 
 func (t *telemetry) start(ctx context.Context, taskType string) (context.Context, *taskSpan) {
@@ -95,10 +107,12 @@ func (s *taskSpan) key(key string) {
 	}
 }
 
-// waited records the outcome of the lock wait; obtained is true when the handler will run.
+// waited records the outcome of the lock wait.
 func (s *taskSpan) waited(outcome string) {
 	now := time.Now()
-	s.locked = now
+	if outcome == OutcomeObtained {
+		s.locked = now
+	}
 	waited := now.Sub(s.start).Seconds()
 	if s.t.wait != nil {
 		s.t.wait.Record(s.ctx, waited, metric.WithAttributes(attribute.String("asynqlock.outcome", outcome)))
@@ -108,13 +122,15 @@ func (s *taskSpan) waited(outcome string) {
 	}
 }
 
-// end closes the span with the final outcome; err, when set, is a real failure.
+// end closes the span with the final outcome; err, when set, is a real failure. The hold
+// time is recorded whenever the lock was obtained, whatever became of the handler.
 func (s *taskSpan) end(outcome string, err error) {
+	s.ended = true
 	attr := attribute.String("asynqlock.outcome", outcome)
 	if s.t.tasks != nil {
 		s.t.tasks.Add(s.ctx, 1, metric.WithAttributes(attr, s.taskType))
 	}
-	if !s.locked.IsZero() && (outcome == OutcomeObtained || outcome == OutcomeLost) && s.t.hold != nil {
+	if !s.locked.IsZero() && s.t.hold != nil {
 		s.t.hold.Record(s.ctx, time.Since(s.locked).Seconds(), metric.WithAttributes(attr))
 	}
 	if s.span.IsRecording() {

@@ -123,7 +123,7 @@ func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant)
 	}
 	if err != nil {
 		c.cleanup(ctx, r, err)
-		return c.lookErr(ctx, err, sent) // the caller's deadline, if that is what ended it
+		return c.lookErr(ctx, r.key, err, sent) // the caller's deadline, if that is what ended it
 	}
 	g.sent, g.valid, g.handedOff = sent, r.ttl, false
 	return nil

@@ -9,8 +9,9 @@ var (
 	// ErrNotObtained is returned when the lock is held by someone else: at once by TryAcquire,
 	// and by Acquire when its context ends first (then the error also matches the context's
 	// error with errors.Is). A wait whose context ended while Redis was not answering (a look
-	// at the lock unanswered for 100 ms or more) fails with ErrUnavailable and the context's
-	// error instead: the lock may well have been free.
+	// at the lock unanswered for 100 ms or more, and a probe sent then unanswered for 100 ms
+	// more) fails with ErrUnavailable and the context's error instead: the lock may well have
+	// been free.
 	ErrNotObtained = errors.New("dlock: not obtained")
 
 	// ErrNotHeld is returned by Release, Complete and Refresh on a hold that was already

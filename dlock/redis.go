@@ -461,6 +461,12 @@ func (b *redisBackend) record(ctx context.Context, key string) ([]byte, bool, er
 	return val, true, nil
 }
 
+func (b *redisBackend) probe(ctx context.Context, key string) bool {
+	keys, _ := b.keys(key)
+	err := b.call(ctx, func(ctx context.Context) error { return b.rdb.PTTL(ctx, keys[0]).Err() })
+	return err == nil
+}
+
 func (b *redisBackend) channel(key string) (string, int) {
 	keys, ch := b.keys(key)
 	slot := 0

@@ -47,7 +47,8 @@ func newTelemetry(cfg *config) *telemetry {
 	// Instrument errors only happen for invalid names; a nil-safe no-op keeps locking working.
 	var err error
 	if t.wait, err = m.Float64Histogram("dlock.acquire.wait", metric.WithUnit("s"),
-		metric.WithDescription("Time from the start of an acquisition to its outcome.")); err != nil {
+		metric.WithDescription("Time from the start of an acquisition to its outcome."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...)); err != nil {
 		otel.Handle(err)
 	}
 	if t.held, err = m.Int64UpDownCounter("dlock.locks.held", metric.WithUnit("{lock}"),
@@ -59,11 +60,16 @@ func newTelemetry(cfg *config) *telemetry {
 		otel.Handle(err)
 	}
 	if t.renewals, err = m.Int64Counter("dlock.locks.renewed", metric.WithUnit("{lock}"),
-		metric.WithDescription("Lease renewals sent by the watchdog.")); err != nil {
+		metric.WithDescription("Leases the watchdog renewed in Redis.")); err != nil {
 		otel.Handle(err)
 	}
 	return t
 }
+
+// waitBuckets are the bounds, in seconds, of the wait histogram: from a lock taken at once
+// (a round trip, well under a millisecond) to waits of a minute. The SDK's default bounds
+// (0, 5, 10, 25, ...) suit milliseconds and would put every wait under 5 s in one bucket.
+var waitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // hashKey is the key as it appears in telemetry and logs: keys may hold user data.
 func hashKey(key string) string {
@@ -95,6 +101,10 @@ func outcome(err error) string {
 	switch {
 	case errors.As(err, &ce):
 		return OutcomeCompleted
+	case errors.Is(err, ErrUnavailable):
+		// Before the context's error: a wait that ended while Redis did not answer matches
+		// both, and it is the store that failed.
+		return OutcomeError
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return OutcomeTimeout
 	case errors.Is(err, ErrNotObtained):

@@ -52,7 +52,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 	}()
 	res, err := try()
 	if err != nil {
-		return g, c.lookErr(ctx, err, g.sent)
+		return g, c.lookErr(ctx, r.key, err, g.sent)
 	}
 	if done, err := c.settled(&g, r, res); done {
 		return g, err
@@ -97,7 +97,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 	for {
 		if look {
 			if res, err = try(); err != nil {
-				return g, c.lookErr(ctx, err, g.sent)
+				return g, c.lookErr(ctx, r.key, err, g.sent)
 			}
 			if done, err := c.settled(&g, r, res); done {
 				return g, err
@@ -179,19 +179,31 @@ func (c *Client) waitErr(ctx context.Context, err error) error {
 // millisecond.
 const storeSilence = 100 * time.Millisecond
 
-// lookErr is the error of a wait whose look at the lock, sent at sent, failed with err. When
-// ctx ended, the wait ran out (ErrNotObtained and the context's error), unless the store is
-// what failed: the look failed with an error of its own, or went unanswered for storeSilence
-// while no other call of this Client got an answer either (Redis paused, partitioned, a dial
-// that hangs; not merely a busy connection pool). The error then matches err (so
-// ErrUnavailable) and the context's error, not ErrNotObtained.
-func (c *Client) lookErr(ctx context.Context, err error, sent time.Time) error {
+// lookErr is the error of a wait for key whose look at the lock, sent at sent, failed with
+// err. When ctx ended, the wait ran out (ErrNotObtained and the context's error), unless the
+// store is what failed: the look failed with an error of its own, or went unanswered for
+// storeSilence while no other call of this Client got an answer either (Redis paused,
+// partitioned, a dial that hangs; not merely a busy connection pool) and a probe sent then
+// went unanswered for storeSilence too. The error then matches err (so ErrUnavailable) and
+// the context's error, not ErrNotObtained.
+//
+// The probe is for a process that stalled (GC, CPU starved) past the wait's deadline: it
+// cannot have read the answers waiting in its sockets, and must not blame the store for it.
+// It delays the error of a silent store by up to storeSilence past the deadline.
+func (c *Client) lookErr(ctx context.Context, key string, err error, sent time.Time) error {
 	if ctx.Err() == nil {
 		return err
 	}
-	byCtx := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-	if byCtx && (time.Since(sent) < storeSilence || c.be.answeredSince(sent)) {
-		return &waitError{ctxErr: ctx.Err()}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if time.Since(sent) < storeSilence || c.be.answeredSince(sent) {
+			return &waitError{ctxErr: ctx.Err()}
+		}
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeSilence)
+		answered := c.be.probe(pctx, key)
+		cancel()
+		if answered || c.be.answeredSince(sent) {
+			return &waitError{ctxErr: ctx.Err()}
+		}
 	}
 	return &silentStoreError{ctxErr: ctx.Err(), err: err}
 }

@@ -230,7 +230,7 @@ func (w *watchdog) renew(due []*lease) {
 	}()
 	sent := time.Now()
 	ok, err := w.c.be.renew(ctx, rs)
-	w.c.tel.renewed(len(rs))
+	renewed := 0
 	for i, l := range due {
 		l.mu.Lock()
 		releasing := l.holds == 0
@@ -242,6 +242,7 @@ func (w *watchdog) renew(due []*lease) {
 			// the lease before Redis can hand the lock to someone else.
 			l.retryLater()
 		case ok[i]:
+			renewed++
 			l.extended(sent, l.ttl)
 			l.mu.Lock()
 			l.renewAt = sent.Add(l.ttl / 3)
@@ -256,6 +257,7 @@ func (w *watchdog) renew(due []*lease) {
 			l.end(lost("renewal found the lock gone or owned by another owner"))
 		}
 	}
+	w.c.tel.renewed(renewed)
 	if err != nil {
 		w.c.log.Warn("dlock: renewal failed; retrying", "locks", len(rs), "err", err)
 	}

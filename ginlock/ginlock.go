@@ -115,12 +115,14 @@ func (m *middleware) handle(c *gin.Context) {
 	}
 	if err != nil {
 		status := keyStatus(err)
-		outcome := OutcomeInvalid
 		if status == http.StatusInternalServerError {
-			outcome = OutcomeError
 			m.cfg.log.ErrorContext(origCtx, "ginlock: key function failed", "route", route, "error", err)
+			// A failure, so a span marks it; the function's error text may hold request data.
+			_, span := m.tel.start(origCtx, route, "")
+			m.tel.end(origCtx, span, route, OutcomeError, false, errKeyFunc)
+		} else {
+			m.tel.end(origCtx, nil, route, OutcomeInvalid, false, nil)
 		}
-		m.tel.end(origCtx, nil, route, outcome, false, nil)
 		m.reject(c, status, err)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -55,14 +56,22 @@ func hashKey(key string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// start opens the ginlock.lock span around the key lookup and lock wait.
+// start opens the ginlock.lock span around the key lookup and lock wait; key is "" when the
+// key function failed, and the span then has no key_hash.
 func (t *telemetry) start(ctx context.Context, route, key string) (context.Context, trace.Span) {
 	ctx, span := t.tracer.Start(ctx, "ginlock.lock", trace.WithSpanKind(trace.SpanKindInternal))
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("ginlock.key_hash", hashKey(key)), attribute.String("http.route", route))
+		span.SetAttributes(attribute.String("http.route", route))
+		if key != "" {
+			span.SetAttributes(attribute.String("ginlock.key_hash", hashKey(key)))
+		}
 	}
 	return ctx, span
 }
+
+// errKeyFunc marks the span of a request whose key function failed; the function's own error
+// goes to the log, not to the trace.
+var errKeyFunc = errors.New("ginlock: key function failed")
 
 // end ends span (when not nil) with outcome and counts the request. err marks the span as
 // failed; busy, mismatch and invalid requests are outcomes, not errors.

@@ -1,0 +1,208 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/lockguard/lockguard/dlock"
+)
+
+type otelRecorder struct {
+	spans  *tracetest.SpanRecorder
+	tp     *sdktrace.TracerProvider
+	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
+}
+
+func newOtelRecorder(t *testing.T) *otelRecorder {
+	o := &otelRecorder{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
+	o.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(o.spans))
+	o.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(o.reader))
+	t.Cleanup(func() { _ = o.tp.Shutdown(context.Background()); _ = o.mp.Shutdown(context.Background()) })
+	return o
+}
+
+func (o *otelRecorder) metrics(t *testing.T) map[string]metricdata.Aggregation {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := o.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, x := range sm.Metrics {
+			m[x.Name] = x.Data
+		}
+	}
+	return m
+}
+
+func sumInt64(a metricdata.Aggregation) int64 {
+	s, _ := a.(metricdata.Sum[int64])
+	var n int64
+	for _, dp := range s.DataPoints {
+		n += dp.Value
+	}
+	return n
+}
+
+// A wait that ends because Redis did not answer is a store failure: Acquire returns an error
+// matching ErrUnavailable (not ErrNotObtained). The dlock.acquire span must then say so
+// (outcome error, codes.Error), not "timeout" with an unset status.
+func TestTelemetryWaitOnSilentStoreIsError(t *testing.T) {
+	o := newOtelRecorder(t)
+	srv, rdb, _ := setup(t)
+	c := newClient(t, rdb, dlock.WithTracerProvider(o.tp), dlock.WithMeterProvider(o.mp))
+	ctx := testContext(t, 10*time.Second)
+	if err := srv.Pause(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err := c.Acquire(actx, uniqueKey(t))
+	cancel()
+	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("precondition: err = %v, want ErrUnavailable and not ErrNotObtained", err)
+	}
+	ended := o.spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans", len(ended))
+	}
+	s := ended[0]
+	set := attribute.NewSet(s.Attributes()...)
+	out, _ := set.Value("dlock.outcome")
+	if out.AsString() != dlock.OutcomeError || s.Status().Code != codes.Error {
+		t.Errorf("Acquire failed with %q (matches ErrUnavailable), but span has dlock.outcome=%q status=%v; want %q + codes.Error",
+			err, out.AsString(), s.Status().Code, dlock.OutcomeError)
+	}
+}
+
+// Waits are recorded in seconds, with bounds that tell a lock taken at once from a 400 ms
+// wait (the SDK's default bounds, 0, 5, 10, ..., suit milliseconds).
+func TestTelemetryWaitBucketsInSeconds(t *testing.T) {
+	o := newOtelRecorder(t)
+	_, rdb, _ := setup(t)
+	c := newClient(t, rdb, dlock.WithMeterProvider(o.mp), dlock.WithTracerProvider(o.tp))
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key) // uncontended: well under a millisecond or so
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	_, _ = c.Acquire(wctx, key) // waits 400 ms, outcome timeout
+	cancel()
+	_ = lk.Release(ctx)
+
+	h, ok := o.metrics(t)["dlock.acquire.wait"].(metricdata.Histogram[float64])
+	if !ok {
+		t.Fatal("no dlock.acquire.wait histogram")
+	}
+	for _, dp := range h.DataPoints {
+		out, _ := dp.Attributes.Value("dlock.outcome")
+		first := -1
+		for i, n := range dp.BucketCounts {
+			if n > 0 {
+				first = i
+				break
+			}
+		}
+		t.Logf("outcome %s: bounds %v, sample %.4fs in bucket %d", out.AsString(), dp.Bounds, dp.Sum, first)
+	}
+	// Both samples in the same bucket means the histogram cannot tell them apart.
+	var buckets []int
+	for _, dp := range h.DataPoints {
+		for i, n := range dp.BucketCounts {
+			if n > 0 {
+				buckets = append(buckets, i)
+			}
+		}
+	}
+	if len(buckets) != 2 {
+		t.Fatalf("samples in buckets %v, want one sample per outcome", buckets)
+	}
+	if buckets[0] == buckets[1] {
+		t.Errorf("an uncontended acquisition and a 0.4s wait fall in the same bucket (index %d, bounds %v): second-valued histogram uses millisecond default boundaries",
+			buckets[0], h.DataPoints[0].Bounds)
+	}
+}
+
+// dlock.locks.renewed counts leases renewed in Redis: a renewal that found the lock gone ends
+// the lease as lost and is not counted.
+func TestTelemetryRenewedCountsOnlyRenewals(t *testing.T) {
+	o := newOtelRecorder(t)
+	_, rdb, _ := setup(t)
+	c := newClient(t, rdb, dlock.WithMeterProvider(o.mp), dlock.WithTracerProvider(o.tp), dlock.WithLease(300*time.Millisecond))
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The watchdog renews every lease/3: wait for a renewal that got through.
+	var before int64
+	for before == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("no renewal counted while the lock was held")
+		case <-time.After(20 * time.Millisecond):
+		}
+		before = sumInt64(o.metrics(t)["dlock.locks.renewed"])
+	}
+	if err := rdb.Del(ctx, lockKeyOf(t, rdb, key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-lk.Done()
+	if !errors.Is(lk.Err(), dlock.ErrLockLost) {
+		t.Fatalf("lock ended with %v", lk.Err())
+	}
+	m := o.metrics(t)
+	if r, l := sumInt64(m["dlock.locks.renewed"]), sumInt64(m["dlock.locks.lost"]); r != before || l != 1 {
+		t.Errorf("dlock.locks.renewed = %d (%d before the loss), dlock.locks.lost = %d: the renewal that found the lock gone must count as lost only", r, before, l)
+	}
+}
+
+// Re-entry and a repeated release count one held lease once, and re-entry has no span.
+func TestTelemetryHeldCountsLeaseOnce(t *testing.T) {
+	o := newOtelRecorder(t)
+	_, rdb, _ := setup(t)
+	c := newClient(t, rdb, dlock.WithMeterProvider(o.mp), dlock.WithTracerProvider(o.tp))
+	ctx := testContext(t, 10*time.Second)
+	key := "user@example.com:" + uniqueKey(t)
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := c.Acquire(dlock.WithLock(ctx, outer), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sumInt64(o.metrics(t)["dlock.locks.held"]); n != 1 {
+		t.Errorf("held with a re-entry = %d, want 1", n)
+	}
+	_ = inner.Release(ctx)
+	_ = inner.Release(ctx)
+	_ = outer.Release(ctx)
+	_ = outer.Release(ctx)
+	if n := sumInt64(o.metrics(t)["dlock.locks.held"]); n != 0 {
+		t.Errorf("held after releases = %d, want 0", n)
+	}
+	if n := len(o.spans.Ended()); n != 1 {
+		t.Errorf("%d dlock.acquire spans, want 1 (re-entry has none)", n)
+	}
+	for _, s := range o.spans.Ended() {
+		for _, a := range s.Attributes() {
+			if a.Value.Type() == attribute.STRING && len(a.Value.AsString()) > 0 && a.Value.AsString() == key {
+				t.Errorf("raw key in %s", a.Key)
+			}
+		}
+	}
+}
