@@ -2,7 +2,7 @@
 
 GO ?= go
 
-.PHONY: help redis chromium test lint demo e2e bench chaos
+.PHONY: help redis cc chromium test lint demo e2e bench chaos
 
 help: ## List the targets
 	@grep -E '^[a-z0-9]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-9s %s\n", $$1, $$2}'
@@ -10,10 +10,13 @@ help: ## List the targets
 redis: ## Install redis-server and redis-cli if missing (apt-get as root)
 	@./scripts/ensure-redis.sh
 
+cc: ## Install a C compiler if cgo is missing (apt-get as root): the race detector needs it
+	@GO=$(GO) ./scripts/ensure-cc.sh
+
 chromium: ## Install chromium if missing (apt-get as root), for make e2e
 	@./scripts/ensure-chromium.sh
 
-test: redis ## Vet, then run every test with the race detector
+test: redis cc ## Vet, then run every test with the race detector
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
 
@@ -30,7 +33,7 @@ e2e: redis chromium ## Run the shop's browser test in headless Chromium
 bench: redis ## Compare lockguard with other lock libraries
 	cd bench && $(GO) run ./cmd/bench
 
-chaos: redis ## Run the fault-injection tests, then fuzz key derivation and the Gin middleware
+chaos: redis cc ## Run the fault-injection tests, then fuzz key derivation and the Gin middleware
 	$(GO) test -race -count=1 -tags chaos -timeout 10m ./internal/chaos/...
 	$(GO) test -run '^$$' -fuzz=FuzzKey -fuzztime=20s ./keyfunc/
 	$(GO) test -run '^$$' -fuzz=FuzzMiddleware -fuzztime=20s ./ginlock/

@@ -3,8 +3,18 @@
 # throwaway servers on ports 20000-22767 and never use one on 6379.
 set -euo pipefail
 
+# found NAME VAR: the binary named by the environment variable VAR (as the test harness
+# reads it), or NAME on the PATH.
+found() {
+	if [ -n "${!2:-}" ]; then
+		[ -x "${!2}" ]
+	else
+		command -v "$1" >/dev/null 2>&1
+	fi
+}
+
 have_redis() {
-	command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1
+	found redis-server REDIS_SERVER_BIN && found redis-cli REDIS_CLI_BIN
 }
 
 if have_redis; then

@@ -5,13 +5,8 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,44 +14,6 @@ import (
 
 	"github.com/lockguard/lockguard/internal/redistest"
 )
-
-// startSentinel runs one Redis Sentinel (redis-server sentinel.conf --sentinel) watching
-// master as "lg" with quorum 1, on a free loopback port, stopped at the end of the test.
-func startSentinel(t *testing.T, master *redistest.Server) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir := t.TempDir()
-	conf := filepath.Join(dir, "sentinel.conf")
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor lg 127.0.0.1 %d 1\n"+
-		"sentinel down-after-milliseconds lg 1000\nsentinel failover-timeout lg 5000\n", port, dir, master.Port())
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("redis-server", conf, "--sentinel")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = sc.Close() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := sc.GetMasterAddrByName(context.Background(), "lg").Result(); err == nil {
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("sentinel did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // waitLinked waits until replica has synced with its master.
 func waitLinked(t *testing.T, replica *redistest.Server) {
@@ -83,7 +40,7 @@ func TestFaultSentinelFailover(t *testing.T) {
 				replica := redistest.Start(t, fast, redistest.WithArgs("--replicaof", "127.0.0.1", strconv.Itoa(master.Port())))
 				waitLinked(t, replica)
 			}
-			sentinel := startSentinel(t, master)
+			sentinel := redistest.StartSentinel(t, master, "lg").Addr()
 			rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "lg", SentinelAddrs: []string{sentinel},
 				ReadTimeout: 300 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
 			t.Cleanup(func() { _ = rdb.Close() })

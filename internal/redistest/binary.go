@@ -18,7 +18,7 @@ func lookBinary(name, envVar string) (string, error) {
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("redistest: %s not found in PATH: run \"make test\" (it installs it) or \"apt-get install redis-server redis-tools\"", name)
+		return "", fmt.Errorf("redistest: %s not found in PATH: run \"make redis\" (it installs it when run as root) or \"sudo apt-get install redis-server redis-tools\"", name)
 	}
 	return p, nil
 }

@@ -20,6 +20,8 @@
 // file on its port until Close (a Restart finds its port still free), and a
 // start that loses its port to an outside process retries on another port.
 //
+// StartSentinel starts a Redis Sentinel watching a server, the same way.
+//
 // A cluster (StartCluster) has 3 masters and, with WithReplicas(n), n
 // replicas each, with a 2s cluster-node-timeout so failover tests are quick;
 // after a fault, Cluster.WaitOK waits for a healthy slot map again and
@@ -32,7 +34,9 @@
 //
 // Not guaranteed: Restart reuses the port, so it fails if a process outside
 // this package took the port while the server was down. A test binary that
-// crashes leaves its servers' temporary directories behind. Restarting a cluster node keeps
+// dies without Close (killed, timed out) leaves its servers' temporary directories
+// behind until the next Launch of this user, which removes every directory whose
+// owner process is gone. Restarting a cluster node keeps
 // its nodes.conf (identity and slots) but not its data. The package needs a
 // Unix system; the Pdeathsig protection is Linux only.
 //

@@ -8,6 +8,9 @@ type Option func(*config)
 type config struct {
 	args         []string
 	startTimeout time.Duration
+	// lead, when set, returns the arguments that go before the others (a sentinel's config
+	// file and --sentinel), given the server's directory.
+	lead func(dir string) ([]string, error)
 }
 
 func newConfig(opts []Option) config {

@@ -35,6 +35,7 @@ type Server struct {
 	port     int
 	portLock *os.File // flock held until Close; see portLockDir
 	dir      string
+	dirLock  *os.File // flock held until Close; see ownerLock
 	bin      string
 	args     []string
 	cfg      config
@@ -128,9 +129,17 @@ func launch(cfg config, extra func(dir string) []string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "redistest-")
+	dir, dirLock, err := makeDir()
 	if err != nil {
-		return nil, fmt.Errorf("redistest: temp dir: %w", err)
+		return nil, err
+	}
+	var lead []string
+	if cfg.lead != nil {
+		if lead, err = cfg.lead(dir); err != nil {
+			_ = os.RemoveAll(dir)
+			_ = dirLock.Close()
+			return nil, err
+		}
 	}
 	var lastErr error
 	for range launchAttempts {
@@ -139,8 +148,8 @@ func launch(cfg config, extra func(dir string) []string) (*Server, error) {
 			lastErr = err
 			break
 		}
-		s := &Server{port: port, portLock: lock, dir: dir, bin: bin, cfg: cfg}
-		s.args = serverArgs(port, dir)
+		s := &Server{port: port, portLock: lock, dir: dir, dirLock: dirLock, bin: bin, cfg: cfg}
+		s.args = append(append([]string(nil), lead...), serverArgs(port, dir)...)
 		if extra != nil {
 			s.args = append(s.args, extra(dir)...)
 		}
@@ -154,6 +163,7 @@ func launch(cfg config, extra func(dir string) []string) (*Server, error) {
 		}
 	}
 	_ = os.RemoveAll(dir)
+	_ = dirLock.Close()
 	return nil, lastErr
 }
 
@@ -279,7 +289,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	err := s.stopLocked(syscall.SIGKILL)
-	return errors.Join(err, s.portLock.Close(), os.RemoveAll(s.dir))
+	return errors.Join(err, s.portLock.Close(), os.RemoveAll(s.dir), s.dirLock.Close())
 }
 
 func (s *Server) stopLocked(sig syscall.Signal) error {

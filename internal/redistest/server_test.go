@@ -196,7 +196,7 @@ func TestLaunchErrors(t *testing.T) {
 		t.Setenv("REDIS_SERVER_BIN", "")
 		t.Setenv("PATH", t.TempDir())
 		_, err := redistest.Launch()
-		want := `redistest: redis-server not found in PATH: run "make test"`
+		want := `redistest: redis-server not found in PATH: run "make redis"`
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Fatalf("Launch without redis-server in PATH: err = %v, want prefix %q", err, want)
 		}

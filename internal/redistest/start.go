@@ -50,8 +50,8 @@ func (s *Server) start() error {
 		if bytes.Contains(tail, []byte("Address already in use")) {
 			err = fmt.Errorf("%w: %w", errPortTaken, err)
 		}
-		return fmt.Errorf("redistest: redis-server on port %d: %w\n--- log tail (%s) ---\n%s",
-			s.port, err, logPath, tail)
+		return fmt.Errorf("redistest: redis-server on port %d: %w\n--- log tail (%s, then %s) ---\n%s",
+			s.port, err, logPath, stdioPath, tail)
 	}
 	s.proc = p
 	return nil
