@@ -10,11 +10,16 @@
 //	var accountKey = keyfunc.Join(keyfunc.Const("account"), keyfunc.JSON("account_id")) // "account:42"
 //
 //	mux := asynq.NewServeMux()
-//	mux.Use(asynqlock.New(locks, accountKey))
+//	// Wrap the task types that carry the key; mux.Use(asynqlock.New(...)) would lock every
+//	// type, and archive those whose payload lacks account_id.
+//	mux.Handle("account:deduct", asynqlock.Wrap(deduct, locks, accountKey))
 //	srv := asynq.NewServer(redisOpt, asynq.Config{
 //		IsFailure:      asynqlock.IsFailure,         // a busy task does not use up a retry
 //		RetryDelayFunc: asynqlock.RetryDelay(nil), // and comes back after RetryIn
 //	})
+//
+// asynq still calls Config.ErrorHandler for a busy task; skip those there with
+// errors.As(err, new(*asynqlock.ErrLocked)) if it alerts.
 //
 // Per task the middleware derives the key (a payload that is not JSON or lacks a required
 // field is archived with asynq.SkipRetry: retrying cannot fix it), takes the lock without

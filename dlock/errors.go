@@ -49,9 +49,10 @@ type CompletedError struct {
 	Record []byte // the record given to Complete
 }
 
-// Error implements error.
+// Error implements error. It names the key by its hash, as telemetry does: keys may hold
+// user data, and error texts end up in logs.
 func (e *CompletedError) Error() string {
-	return fmt.Sprintf("dlock: %q already completed", e.Key)
+	return "dlock: already completed (key hash " + hashKey(e.Key) + ")"
 }
 
 // Is reports whether target is ErrCompleted.

@@ -78,9 +78,11 @@ func (l *lease) start(base time.Time, valid time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.deadline = base.Add(valid - drift(valid))
-	l.expiry = time.AfterFunc(time.Until(l.deadline), func() {
-		l.end(lost("lease expired before it was renewed"))
-	})
+	reason := "lease expired before it was renewed"
+	if !l.auto {
+		reason = "lease set by WithTTL ran out (such a lease is not renewed)"
+	}
+	l.expiry = time.AfterFunc(time.Until(l.deadline), func() { l.end(lost(reason)) })
 }
 
 // extended records a successful renewal sent at sent for ttl.
@@ -226,7 +228,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 // returned.
 func (lk *Lock) Complete(ctx context.Context, record []byte, retention time.Duration) error {
 	if retention <= 0 {
-		return fmt.Errorf("dlock: complete %q: retention must be positive, got %v", lk.l.key, retention)
+		return fmt.Errorf("dlock: complete: retention must be positive, got %v", retention)
 	}
 	return lk.release(ctx, releaseRequest{storeRecord: true, record: record, retention: retention})
 }
@@ -306,7 +308,7 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 // unknown (ErrUnavailable), the lock counts on the shorter of its old lease and ttl.
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < time.Millisecond {
-		return fmt.Errorf("dlock: refresh %q: ttl must be at least 1ms, got %v", lk.l.key, ttl)
+		return fmt.Errorf("dlock: refresh: ttl must be at least 1ms, got %v", ttl)
 	}
 	if err := lk.Err(); err != nil {
 		return err

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,5 +265,35 @@ func TestReentrySkipCompleted(t *testing.T) {
 		t.Fatalf("the lock was not freed: %v", err)
 	} else {
 		_ = held.Release(ctx)
+	}
+}
+
+// Error texts name no key: keys may hold user data (a user id, an Idempotency-Key), and
+// callers log errors. CompletedError keeps the key in its field.
+func TestErrorTextsHideKey(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	key := "user-alice@example.com:" + uniqueKey(t)
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := []error{lk.Refresh(ctx, 0), lk.Complete(ctx, []byte("x"), 0)}
+	if err := lk.Complete(ctx, []byte("done"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(ctx, key, dlock.SkipCompleted())
+	var done *dlock.CompletedError
+	if !errors.As(err, &done) || done.Key != key {
+		t.Fatalf("SkipCompleted after Complete: %v", err)
+	}
+	errs = append(errs, err)
+	for _, err := range errs {
+		if err == nil {
+			t.Fatal("no error")
+		}
+		if strings.Contains(err.Error(), "alice") {
+			t.Errorf("error text %q holds the key", err)
+		}
 	}
 }

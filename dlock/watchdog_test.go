@@ -237,8 +237,8 @@ func TestFixedTTLAndRefresh(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("fixed lease did not end")
 	}
-	if !errors.Is(lk.Err(), dlock.ErrLockLost) {
-		t.Fatalf("Err after expiry: %v", lk.Err())
+	if !errors.Is(lk.Err(), dlock.ErrLockLost) || !strings.Contains(lk.Err().Error(), "WithTTL") {
+		t.Fatalf("Err after expiry: %v; want ErrLockLost saying the WithTTL lease ran out", lk.Err())
 	}
 	// The holder learns a drift margin before Redis frees the key: wait for it.
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -3,7 +3,10 @@
 // translates between Gin and the two packages that do the work: keyfunc derives the lock key
 // from the request, dlock holds the lock in Redis.
 //
-//	type userKey struct{} // set by the auth middleware
+//	type userKey struct{} // the auth middleware sets it on the request's context:
+//	// c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), userKey{}, id))
+//	// (c.Set stores values ginlock looks up by string keys only: c.Set("user", id) with
+//	// keyfunc.ContextValue("user") works too)
 //
 //	payKey := keyfunc.Join(keyfunc.IdempotencyKey()).
 //		Scope(keyfunc.ContextValue(userKey{}).Named("user"))
@@ -61,6 +64,14 @@
 //   - A lost lock is detected by dlock's watchdog, not instantly; work that must not
 //     overlap a successor should pass the fencing token (FromContext(c).Token()) to the
 //     resource it writes.
-//   - When storing the response fails (Redis down after the handler ran) the lock expires at
-//     the end of its lease and a retry runs the handler again.
+//   - When storing the response fails (Redis down or stalled for about a read timeout after
+//     the handler ran) the lock expires at the end of its lease and a retry runs the handler
+//     again. Replay alone cannot stop a duplicate payment then: the write that moves money
+//     should also check the fencing token or keep its own record of the key.
+//   - Redis that stops answering costs each request the Redis client's timeouts before its
+//     503: with go-redis defaults (3 s read timeout, 3 retries) about 10 s. Set ReadTimeout
+//     (say 500 ms) or give requests a deadline.
+//   - WithReplay on a key that names a resource rather than a request (account:{id}) stores
+//     one response per account for the retention: a later, different request on the account
+//     gets 422, a repeat gets the old response. Replay belongs on request keys.
 package ginlock

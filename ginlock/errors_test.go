@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/ginlock"
 	"github.com/lockguard/lockguard/keyfunc"
 )
@@ -183,6 +184,29 @@ func TestErrorHandler(t *testing.T) {
 	if got.status != http.StatusUnprocessableEntity || !errors.Is(got.err, ginlock.ErrMismatch) {
 		t.Fatalf("handler saw %+v, want 422 ErrMismatch", got)
 	}
+
+	// A duplicate while the first runs: ErrKeyInProgress, which matches dlock.ErrNotObtained.
+	started, finish := make(chan struct{}), make(chan struct{})
+	r.POST("/slow", ginlock.New(e.locks, payKey, ginlock.WithErrorHandler(func(c *gin.Context, status int, err error) {
+		got = seen{status, err}
+		c.Status(status)
+	})), func(c *gin.Context) {
+		close(started)
+		<-finish
+		c.Status(http.StatusOK)
+	})
+	key = idemKey(t)
+	first := make(chan int)
+	go func() { first <- do(r, req{path: "/slow", user: "alice", key: key}).Code }()
+	<-started
+	w = do(r, req{path: "/slow", user: "alice", key: key})
+	close(finish)
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("first request: %d", code)
+	}
+	if w.Code != http.StatusConflict || !errors.Is(got.err, ginlock.ErrKeyInProgress) || !errors.Is(got.err, dlock.ErrNotObtained) {
+		t.Fatalf("duplicate in progress: %d, handler saw %+v; want 409 ErrKeyInProgress matching dlock.ErrNotObtained", w.Code, got)
+	}
 }
 
 func TestNewPanicsOnNil(t *testing.T) {
@@ -209,4 +233,26 @@ func TestClosedClient(t *testing.T) {
 	_ = e.locks.Close()
 	w := do(r, req{path: "/payments", user: "alice", key: idemKey(t)})
 	wantProblem(t, w, http.StatusServiceUnavailable)
+}
+
+// Idempotency-Key sent on two header lines is two keys: 400, and the handler does not run.
+// (Using the first line would let a client that meant the second get another request's
+// response.)
+func TestRepeatedIdempotencyKeyHeader(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var ran atomic.Bool
+	r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) { ran.Store(true) })
+	q := httptest.NewRequest(http.MethodPost, "/payments", nil)
+	q.Header.Set("X-User", "alice")
+	q.Header.Add(keyfunc.IdempotencyKeyHeader, idemKey(t))
+	q.Header.Add(keyfunc.IdempotencyKeyHeader, idemKey(t)+"-2")
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, q)
+	if p := wantProblem(t, w, http.StatusBadRequest); !strings.Contains(p.Detail, "more than one key") {
+		t.Errorf("detail %q", p.Detail)
+	}
+	if ran.Load() {
+		t.Fatal("the handler ran with two Idempotency-Keys")
+	}
 }

@@ -3,6 +3,7 @@ package ginlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -151,6 +152,9 @@ func (m *middleware) handle(c *gin.Context) {
 	case errors.Is(err, dlock.ErrNotObtained):
 		m.tel.end(ctx, span, route, OutcomeBusy, false, nil)
 		c.Header("Retry-After", retryAfter)
+		if m.needsIdemKey {
+			err = fmt.Errorf("%w (%w)", ErrKeyInProgress, err)
+		}
 		m.reject(c, http.StatusConflict, err)
 	case errors.Is(err, dlock.ErrUnavailable) && m.cfg.failOpen:
 		m.tel.end(ctx, span, route, OutcomeUnavailable, true, err)

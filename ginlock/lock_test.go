@@ -82,7 +82,10 @@ func TestBusy(t *testing.T) {
 	<-started
 
 	w := do(r, req{path: "/accounts/3/withdraw"})
-	wantProblem(t, w, http.StatusConflict)
+	// A per-account key: the detail speaks of a busy resource, not of an Idempotency-Key.
+	if p := wantProblem(t, w, http.StatusConflict); !strings.Contains(p.Detail, "locked by another request") {
+		t.Errorf("busy account: detail %q", p.Detail)
+	}
 	if w.Header().Get("Retry-After") == "" {
 		t.Error("409 without Retry-After")
 	}

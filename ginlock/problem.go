@@ -23,6 +23,12 @@ var (
 	// key.)
 	ErrMismatch = errors.New("ginlock: key reused for a different request")
 
+	// ErrKeyInProgress is the cause of a 409 when the lock key holds the request's
+	// Idempotency-Key: a request with the same key is running (or its response is not yet
+	// recorded). It wraps dlock.ErrNotObtained. A 409 on any other key (a per-account lock)
+	// is dlock.ErrNotObtained alone: the resource is busy with another request.
+	ErrKeyInProgress = fmt.Errorf("ginlock: a request with the same Idempotency-Key is in progress: %w", dlock.ErrNotObtained)
+
 	// ErrBadRecord is the cause of a 500 when a stored response cannot be decoded (written by
 	// an incompatible version, or not by this package).
 	ErrBadRecord = errors.New("ginlock: unreadable replay record")
@@ -77,8 +83,10 @@ func detail(status int, err error) string {
 		return fmt.Sprintf("Request part %q: %s.", pe.Part, msg)
 	case errors.Is(err, dlock.ErrLockLost):
 		return "The request lost its lock before it finished; its response was not recorded."
+	case errors.Is(err, ErrKeyInProgress):
+		return "A request with the same Idempotency-Key is in progress; retry later."
 	case errors.Is(err, dlock.ErrNotObtained):
-		return "Another request with the same key is in progress; retry later."
+		return "What this request works on is locked by another request; retry later."
 	case errors.Is(err, ErrMismatch):
 		return "This key was already used for a request with a different path, query or body."
 	case status == http.StatusServiceUnavailable:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,7 +71,9 @@ func TestConcurrentDuplicatesRunOnce(t *testing.T) {
 		switch {
 		case w == original:
 		case w.Code == http.StatusConflict:
-			wantProblem(t, w, http.StatusConflict)
+			if p := wantProblem(t, w, http.StatusConflict); !strings.Contains(p.Detail, "same Idempotency-Key is in progress") {
+				t.Errorf("duplicate in progress: detail %q", p.Detail)
+			}
 			busy++
 		case w.Code == http.StatusCreated && w.Header().Get(ginlock.ReplayedHeader) == "true":
 			if !bytes.Equal(w.Body.Bytes(), original.Body.Bytes()) {

@@ -22,7 +22,8 @@ import (
 //
 //   - KindParam: path parameters (c.Params);
 //   - KindQuery: the first value of a query parameter;
-//   - KindHeader: the first value of a request header;
+//   - KindHeader: the first value of a request header; for Idempotency-Key, every line
+//     joined with ", " (RFC 9110's combined value), so that two keys are refused (400);
 //   - KindForm: fields of a multipart/form-data body (files are ignored); keyfunc itself
 //     parses application/x-www-form-urlencoded bodies;
 //   - KindMeta: keyfunc.MetaMethod, keyfunc.MetaRoute (c.FullPath(), absent for unmatched
@@ -91,7 +92,12 @@ func (s *Source) Value(kind keyfunc.Kind, name string) (string, bool) {
 	case keyfunc.KindQuery:
 		return c.GetQuery(name)
 	case keyfunc.KindHeader:
-		if vs := c.Request.Header.Values(name); len(vs) > 0 {
+		vs := c.Request.Header.Values(name)
+		if len(vs) > 1 && http.CanonicalHeaderKey(name) == keyfunc.IdempotencyKeyHeader {
+			// Combined as RFC 9110 combines repeated lines, so that keyfunc refuses two keys.
+			return strings.Join(vs, ", "), true
+		}
+		if len(vs) > 0 {
 			return vs[0], true
 		}
 	case keyfunc.KindForm:

@@ -18,6 +18,11 @@ func parseIdempotencyKey(v string) (string, error) {
 		if strings.IndexFunc(v, nonPrintable) >= 0 {
 			return "", fmt.Errorf("%w: Idempotency-Key holds a byte outside printable ASCII", ErrInvalid)
 		}
+		if strings.IndexByte(v, ',') >= 0 {
+			// Two keys: repeated header lines, combined as RFC 9110 does, or a list. A key
+			// with a comma in it is sent quoted.
+			return "", fmt.Errorf("%w: Idempotency-Key holds more than one key (a comma outside quotes)", ErrInvalid)
+		}
 		return v, nil
 	}
 	var b strings.Builder

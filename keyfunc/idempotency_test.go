@@ -31,6 +31,9 @@ func TestIdempotencyKey(t *testing.T) {
 		{"caf\xc3\xa9", "", ErrInvalid},
 		{"\xff", "", ErrInvalid},
 		{"\"\xff\"", "", ErrInvalid},
+		{`k11, k12`, "", ErrInvalid}, // two header lines combined, or a list
+		{`"k11", "k12"`, "", ErrInvalid},
+		{`"a,b"`, "a%2Cb", nil}, // a comma inside quotes is part of the key
 	}
 	for _, tt := range tests {
 		t.Run(tt.header, func(t *testing.T) {

@@ -113,7 +113,9 @@ func valuePart(kind Kind, name string, defMax int) Part {
 
 // IdempotencyKey is the Idempotency-Key header, accepted as an RFC 8941 sf-string ("abc")
 // or bare (abc). The key must be 1..255 printable ASCII characters (cap: DefaultMaxHeaderLen,
-// see MaxLen); otherwise ErrInvalid or ErrTooLong. A header sent empty (or only spaces and
+// see MaxLen); otherwise ErrInvalid or ErrTooLong. A bare key with a comma is two keys (a
+// list, or repeated header lines combined): ErrInvalid; quote a key that holds one. A header
+// sent empty (or only spaces and
 // tabs), as clients do when the variable that should fill it is unset, counts as absent:
 // ErrMissing, or "~" when Optional. Keys using it report UsesIdempotencyKey.
 func IdempotencyKey() Part {
