@@ -256,3 +256,35 @@ func TestRepeatedIdempotencyKeyHeader(t *testing.T) {
 		t.Fatal("the handler ran with two Idempotency-Keys")
 	}
 }
+
+// A key that reads a path parameter the route does not declare is the server's mistake: 500
+// (and a log line naming the parameter and route), not a 400 blaming the client. An Optional
+// parameter that a route lacks is simply absent.
+func TestUndeclaredPathParameter(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var logs bytes.Buffer
+	var ran atomic.Int32
+	handler := func(c *gin.Context) { ran.Add(1); c.Status(http.StatusOK) }
+	r.POST("/a/:account_id/w", ginlock.New(e.locks, accountKey,
+		ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))), handler)
+	w := do(r, req{path: "/a/7/w"})
+	wantProblem(t, w, http.StatusInternalServerError)
+	if ran.Load() != 0 {
+		t.Fatal("the handler ran without its lock")
+	}
+	if !strings.Contains(logs.String(), `path parameter \"id\"`) || !strings.Contains(logs.String(), "/a/:account_id/w") {
+		t.Errorf("log does not name the parameter and route: %s", logs.String())
+	}
+
+	optional := keyfunc.Join(keyfunc.Const("acct"), keyfunc.Param("id").Optional())
+	r.POST("/b/w", ginlock.New(e.locks, optional), handler)
+	if w := do(r, req{path: "/b/w"}); w.Code != http.StatusOK {
+		t.Fatalf("optional parameter the route lacks: %d %s", w.Code, w.Body)
+	}
+	// A declared parameter still works.
+	r.POST("/c/:id/w", ginlock.New(e.locks, accountKey), handler)
+	if w := do(r, req{path: "/c/7/w"}); w.Code != http.StatusOK {
+		t.Fatalf("declared parameter: %d %s", w.Code, w.Body)
+	}
+}

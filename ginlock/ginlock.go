@@ -116,6 +116,11 @@ func (m *middleware) handle(c *gin.Context) {
 	}
 	if err != nil {
 		status := keyStatus(err)
+		if param, ok := src.undeclaredParam(err); ok {
+			// The route cannot carry what the key needs: the mistake is the server's.
+			err = fmt.Errorf("ginlock: the key reads path parameter %q, which route %q does not declare: %w", param, route, err)
+			status = http.StatusInternalServerError
+		}
 		if status == http.StatusInternalServerError {
 			m.cfg.log.ErrorContext(origCtx, "ginlock: key function failed", "route", route, "error", err)
 			// A failure, so a span marks it; the function's error text may hold request data.

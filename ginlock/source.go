@@ -37,6 +37,8 @@ import (
 //   - Body: the request body, read once and at most the cap, then put back in
 //     c.Request.Body and under gin.BodyBytesKey so c.ShouldBindBodyWith reuses it.
 //
+// A path parameter that the matched route does not declare is absent.
+//
 // A Source belongs to one request and is not safe for concurrent use.
 type Source struct {
 	c       *gin.Context
@@ -48,6 +50,8 @@ type Source struct {
 
 	formRead bool
 	form     url.Values
+
+	undeclared []string // path parameters looked up that the matched route does not have
 }
 
 var _ keyfunc.Source = (*Source)(nil)
@@ -88,7 +92,12 @@ func (s *Source) Value(kind keyfunc.Kind, name string) (string, bool) {
 	c := s.c
 	switch kind {
 	case keyfunc.KindParam:
-		return c.Params.Get(name)
+		v, ok := c.Params.Get(name)
+		if !ok && c.FullPath() != "" {
+			// A matched route has every parameter it declares: this one it does not.
+			s.undeclared = append(s.undeclared, name)
+		}
+		return v, ok
 	case keyfunc.KindQuery:
 		return c.GetQuery(name)
 	case keyfunc.KindHeader:
@@ -230,4 +239,19 @@ func (s *Source) multipartForm() url.Values {
 	}
 	s.form = form
 	return form
+}
+
+// undeclaredParam returns the path parameter that a key error is about when the matched
+// route does not declare it: a required part named after a parameter that the route lacks.
+func (s *Source) undeclaredParam(err error) (string, bool) {
+	var pe *keyfunc.PartError
+	if len(s.undeclared) == 0 || !errors.Is(err, keyfunc.ErrMissing) || !errors.As(err, &pe) {
+		return "", false
+	}
+	for _, name := range s.undeclared {
+		if name == pe.Part {
+			return name, true
+		}
+	}
+	return "", false
 }
