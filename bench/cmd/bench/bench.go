@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lockguard/lockguard/bench/internal/contenders"
@@ -19,7 +20,8 @@ import (
 const poolSize = 128
 
 // bench holds what all scenarios share: the server, an admin client for INFO and PING, and the
-// PING samples taken between scenarios.
+// PING samples taken between scenarios (back to back, with the process otherwise idle; shown
+// for comparison only: the run's round trip is the PING interleaved with the uncontended rounds).
 type bench struct {
 	srv   *redistest.Server
 	plan  plan
@@ -76,7 +78,8 @@ func rotate(names []string, i int) []string {
 	return append(append([]string(nil), names[i:]...), names[:i]...)
 }
 
-// pingCheck adds PING round trips (sequential, one connection) to the run's sample.
+// pingCheck adds PING round trips (back to back, one connection, nothing else running) to the
+// between-scenarios sample.
 func (b *bench) pingCheck(ctx context.Context) {
 	for range b.plan.pingsPerCheck {
 		t := time.Now()
@@ -85,6 +88,40 @@ func (b *bench) pingCheck(ctx context.Context) {
 		}
 		b.pings.Add(time.Since(t))
 	}
+}
+
+// warmUpRounds is how many times warmUp starts its goroutines together.
+const warmUpRounds = 5
+
+// warmUp has workers goroutines Acquire and Release keys of their own (prefix + index), all
+// starting together, warmUpRounds times: the contender's pool dials the connections that this
+// many concurrent callers use and its scripts are loaded before anything is timed. It returns
+// the pool's connections afterwards.
+func warmUp(ctx context.Context, ct *contender, workers int, prefix string) (int, error) {
+	for range warmUpRounds {
+		start := make(chan struct{})
+		errs := make(chan error, workers)
+		var wg sync.WaitGroup
+		for i := range workers {
+			wg.Go(func() {
+				<-start
+				lk, err := ct.Acquire(ctx, fmt.Sprintf("%s%d", prefix, i))
+				if err == nil {
+					err = lk.Release(ctx)
+				}
+				if err != nil {
+					errs <- err
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			return 0, fmt.Errorf("%s warm-up: %w", ct.Name(), err)
+		}
+	}
+	return int(ct.c.PoolStats().TotalConns), nil
 }
 
 func (b *bench) commandStats(ctx context.Context) metrics.CommandStats {

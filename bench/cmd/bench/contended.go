@@ -31,6 +31,7 @@ type contendedResult struct {
 	errs         int
 	counts       metrics.Counts
 	serverUsec   int64 // commandstats usec of the contender's top-level commands
+	poolConns    int   // connections in the client's pool after warm-up
 }
 
 func (r *contendedResult) rate() float64 { return float64(r.acquisitions) / r.dur.Seconds() }
@@ -88,8 +89,8 @@ func (b *bench) contended(ctx context.Context, rep *report) error {
 				return err
 			}
 			r.table = c.table
-			log.Printf("  %-14s G=%-2d hold=%-5v %7.0f acq/s  gap p50 %-9v max wait %-12v reacq %3.0f%% max share %.2fx",
-				name, c.g, c.hold, r.rate(), r.gaps.Quantile(0.5), r.maxWait(), 100*r.reacquiredShare(), r.maxFairShare())
+			log.Printf("  %-14s G=%-2d hold=%-5v %7.0f acq/s  gap p50 %-9v (n %d) max wait %-12v reacq %3.0f%% max share %.2fx pool %d",
+				name, c.g, c.hold, r.rate(), r.gaps.Quantile(0.5), r.gaps.Len(), r.maxWait(), 100*r.reacquiredShare(), r.maxFairShare(), r.poolConns)
 			rep.contended = append(rep.contended, r)
 		}
 	}
@@ -100,18 +101,13 @@ func (b *bench) contendedRun(parent context.Context, name string, g int, hold, d
 	ct := b.contender(name, contenders.Config{})
 	defer ct.stop()
 	key := fmt.Sprintf("bench:cont:%s:%d:%d:%d", name, g, hold.Microseconds(), time.Now().UnixNano())
-	// Warm up the pool and scripts on another key.
-	for range 20 {
-		lk, err := ct.Acquire(parent, key+":warm")
-		if err != nil {
-			return nil, fmt.Errorf("%s warm-up: %w", name, err)
-		}
-		if err := lk.Release(parent); err != nil {
-			return nil, fmt.Errorf("%s warm-up: %w", name, err)
-		}
+	// Warm up the pool (g connections) and scripts on other keys.
+	conns, err := warmUp(parent, ct, g, key+":warm:")
+	if err != nil {
+		return nil, err
 	}
 
-	r := &contendedResult{name: name, goroutines: g, hold: hold, dur: dur, perG: make([]int, g)}
+	r := &contendedResult{name: name, goroutines: g, hold: hold, dur: dur, perG: make([]int, g), poolConns: conns}
 	var (
 		lastHolder  atomic.Int64
 		lastRelease atomic.Int64 // unix ns

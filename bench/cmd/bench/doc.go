@@ -11,9 +11,11 @@
 // over 10,000 keys; renewal cost of 10,000 held locks; and the Gin middleware under an HTTP
 // load generator that runs in a child process (this binary, re-executed with the loadgen
 // argument). Contenders run in rotating order within each scenario, so machine noise hits all
-// of them alike.
+// of them alike; the uncontended, many-keys and renewal scenarios run several rounds and report
+// the median with the range.
 //
-// The report states the machine, its load, the Redis version and the PING round trip of the
-// run, and judges lockguard's performance targets from the measured numbers only. The
+// The report states the machine, its load, the Redis version and the run's round trip (a PING
+// reference measured in the rotation of the uncontended rounds, in the same rhythm as the lock
+// operations), and judges lockguard's performance targets from the measured numbers only. The
 // redis-server is stopped when the run ends, and killed with the process if it dies.
 package main

@@ -22,45 +22,49 @@ type plan struct {
 
 	uncRounds, uncOps int // uncontended: rounds of ops per contender
 
-	contendedDur  time.Duration // one run of the contended table (8 and 32 goroutines)
-	curveDur      time.Duration // one extra point of the throughput curve
-	goroutines    []int         // table points
-	curve         []int         // all points of the curve (100 us hold)
-	holds         []time.Duration
-	manyKeysDur   time.Duration
-	manyKeys      int
-	manyWorkers   int
-	renewLocks    int
-	renewLease    time.Duration
-	renewPeriods  int // lease periods the locks are held
-	ginDur        time.Duration
-	ginMaxReqs    int
-	ginLowConns   int
-	ginHighConns  int
-	pingsPerCheck int
+	contendedDur   time.Duration // one run of the contended table (8 and 32 goroutines)
+	curveDur       time.Duration // one extra point of the throughput curve
+	goroutines     []int         // table points
+	curve          []int         // all points of the curve (100 us hold)
+	holds          []time.Duration
+	manyKeysDur    time.Duration // total per contender, split over manyKeysRounds
+	manyKeysRounds int
+	manyKeys       int
+	manyWorkers    int
+	renewLocks     int
+	renewLease     time.Duration
+	renewPeriods   int // lease periods the locks are held, per round
+	renewRounds    int
+	ginDur         time.Duration
+	ginMaxReqs     int
+	ginLowConns    int
+	ginHighConns   int
+	pingsPerCheck  int
 }
 
 func newPlan(quick bool) plan {
 	p := plan{
-		quick:         quick,
-		uncRounds:     20,
-		uncOps:        500,
-		contendedDur:  3 * time.Second,
-		curveDur:      1500 * time.Millisecond,
-		goroutines:    []int{8, 32},
-		curve:         []int{1, 2, 4, 8, 16, 32},
-		holds:         []time.Duration{100 * time.Microsecond, 0},
-		manyKeysDur:   3 * time.Second,
-		manyKeys:      10000,
-		manyWorkers:   64,
-		renewLocks:    10000,
-		renewLease:    1500 * time.Millisecond,
-		renewPeriods:  3,
-		ginDur:        4 * time.Second,
-		ginMaxReqs:    200000,
-		ginLowConns:   1,
-		ginHighConns:  16,
-		pingsPerCheck: 300,
+		quick:          quick,
+		uncRounds:      20,
+		uncOps:         500,
+		contendedDur:   3 * time.Second,
+		curveDur:       1500 * time.Millisecond,
+		goroutines:     []int{8, 32},
+		curve:          []int{1, 2, 4, 8, 16, 32},
+		holds:          []time.Duration{100 * time.Microsecond, 0},
+		manyKeysDur:    3 * time.Second,
+		manyKeysRounds: 3,
+		manyKeys:       10000,
+		manyWorkers:    64,
+		renewLocks:     10000,
+		renewLease:     1500 * time.Millisecond,
+		renewPeriods:   2,
+		renewRounds:    3,
+		ginDur:         4 * time.Second,
+		ginMaxReqs:     200000,
+		ginLowConns:    1,
+		ginHighConns:   16,
+		pingsPerCheck:  300,
 	}
 	if quick {
 		p.uncRounds, p.uncOps = 6, 150
@@ -137,9 +141,12 @@ func run(ctx context.Context, p plan, out, only string) error {
 		}
 	}
 	b.pingCheck(ctx)
-	rep.ping = &b.pings
+	rep.idlePing = &b.pings
 	if only != "" {
-		log.Printf("PING p50 %v; only %q ran, nothing written", rep.pingP50(), only)
+		if p := rep.findUnc(pingName); p != nil {
+			log.Printf("PING interleaved with the uncontended rounds p50 %v", p.lat.Quantile(0.5))
+		}
+		log.Printf("PING between scenarios (back to back, process otherwise idle) p50 %v; only %q ran, nothing written", rep.idlePing.Quantile(0.5), only)
 		return nil
 	}
 	rep.machine.loadEnd = loadAvg()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -39,11 +40,13 @@ func (r *report) targets() []target {
 			measured: fmt.Sprintf("%.2f (commandstats: %.2f top-level requests per op)", rt, lg.perOp(lg.topLevel)),
 			pass:     rt <= 2.005,
 		})
-		ratio := float64(lg.lat.Quantile(0.5)) / float64(floor.lat.Quantile(0.5))
+		sp := lg.ratioSpread(floor)
+		pooled := float64(lg.lat.Quantile(0.5)) / float64(floor.lat.Quantile(0.5))
 		ts = append(ts, target{
-			what: "Uncontended p50 vs bare SET NX + DEL", goal: "≤ 1.2x",
-			measured: fmt.Sprintf("%.2fx (%s vs %s)", ratio, fmtDur(lg.lat.Quantile(0.5)), fmtDur(floor.lat.Quantile(0.5))),
-			pass:     ratio <= 1.2,
+			what: "Uncontended p50 vs bare SET NX + DEL (median of per-round ratios)", goal: "≤ 1.2x",
+			measured: fmt.Sprintf("%.2fx, median of %d rounds (range %.2f–%.2fx); over all rounds %s vs %s (%.2fx)",
+				sp.med, sp.n, sp.lo, sp.hi, fmtDur(lg.lat.Quantile(0.5)), fmtDur(floor.lat.Quantile(0.5)), pooled),
+			pass: sp.med <= 1.2,
 		})
 	}
 	hold := r.plan.holds[0]
@@ -71,25 +74,26 @@ func (r *report) targets() []target {
 			})
 		}
 	}
-	for _, rn := range r.renewal {
-		if rn.name != contenders.Lockguard {
+	for _, x := range r.renewal {
+		if x.name != contenders.Lockguard || len(x.runs) == 0 {
 			continue
 		}
-		base := float64(rn.locks) // one refresh request (and round trip) per lock per period
-		req, rt := rn.requestsPerPeriod()/base, rn.roundTripsPerPeriod()/base
+		locks := x.runs[0].locks
+		base := float64(locks) // one refresh request (and round trip) per lock per period
+		req, rt := x.spreadOf((*renewalResult).requestsPerPeriod), x.spreadOf((*renewalResult).roundTripsPerPeriod)
 		ts = append(ts, target{
-			what: fmt.Sprintf("Renewal of %d held locks: requests and round trips per period vs one refresh per lock", rn.locks),
+			what: fmt.Sprintf("Renewal of %d held locks: requests and round trips per period vs one refresh per lock (median of %d rounds)", locks, len(x.runs)),
 			goal: "≤ 1%",
-			measured: fmt.Sprintf("%.2f%% of requests (%.1f vs %d), %.3f%% of round trips (%.1f vs %d); %d locks lost",
-				100*req, rn.requestsPerPeriod(), rn.locks, 100*rt, rn.roundTripsPerPeriod(), rn.locks, rn.lost),
-			pass: req <= 0.01 && rt <= 0.01 && rn.lost == 0,
+			measured: fmt.Sprintf("%.2f%% of requests (%s, vs %d), %.3f%% of round trips (%s, vs %d); %d locks lost",
+				100*req.med/base, req.countRange(1), locks, 100*rt.med/base, rt.countRange(1), locks, x.lost()),
+			pass: req.med/base <= 0.01 && rt.med/base <= 0.01 && x.lost() == 0,
 		})
 	}
 	t := target{what: "Gin middleware: p99 added latency at low load", goal: "< 3 PING round trips"}
 	if g := r.gin; g != nil && g.available {
 		added := g.addedP99()
-		limit := 3 * r.pingP50()
-		t.measured = fmt.Sprintf("%s (%.1f PING round trips of %s)", fmtDur(added), float64(added)/float64(r.pingP50()), fmtDur(r.pingP50()))
+		limit := 3 * r.rtt()
+		t.measured = fmt.Sprintf("%s (%.1f PING round trips of %s, interleaved PING p50)", fmtDur(added), r.rtts(added), fmtDur(r.rtt()))
 		t.pass = added < limit
 	} else {
 		t.skipped = true
@@ -113,8 +117,8 @@ func (r *report) scriptFloorNote() string {
 	if sf == nil || floor == nil {
 		return ""
 	}
-	return fmt.Sprintf("Two calls of a script that does nothing already take %s (%.2fx the bare pair): that much is the price of any lock that is taken and freed by scripts. ",
-		fmtDur(sf.lat.Quantile(0.5)), float64(sf.lat.Quantile(0.5))/float64(floor.lat.Quantile(0.5)))
+	return fmt.Sprintf("Two calls of a script that does nothing take %s at p50 (per round, over the bare pair: %s): that much is the price of any lock that is taken and freed by scripts. ",
+		fmtDur(sf.lat.Quantile(0.5)), sf.ratioSpread(floor).ratioRange())
 }
 
 // perCallNote prices one call made inside lockguard's scripts: its server time over that of
@@ -131,74 +135,142 @@ func (r *report) perCallNote(lg, floor *uncontendedResult) string {
 		per, sf.perOp(sf.serverUsec)/2, floor.perOp(floor.serverUsec)/2)
 }
 
+// uncontendedLoss explains lockguard's uncontended latency against the floor, from the
+// numbers, or returns "" when no peer is faster and the target is met.
+func (r *report) uncontendedLoss() string {
+	lg, floor := r.findUnc(contenders.Lockguard), r.findUnc(floorName)
+	if lg == nil || floor == nil {
+		return ""
+	}
+	lgSp := lg.ratioSpread(floor)
+	var faster []string
+	for _, u := range r.uncontended {
+		if u == lg || isReference(u.name) {
+			continue
+		}
+		if sp := u.ratioSpread(floor); sp.med < lgSp.med {
+			faster = append(faster, fmt.Sprintf("%s (%s)", u.name, sp.ratioRange()))
+		}
+	}
+	if len(faster) == 0 && lgSp.med <= 1.2 {
+		return ""
+	}
+	lgP, flP := lg.lat.Quantile(0.5), floor.lat.Quantile(0.5)
+	var b strings.Builder
+	fmt.Fprintf(&b, "**Uncontended latency.** lockguard's Acquire+Release p50 is %s against %s for the bare SET NX + DEL pair; per round, lockguard's p50 over the pair's: %s",
+		fmtDur(lgP), fmtDur(flP), lgSp.ratioRange())
+	if len(faster) > 0 {
+		fmt.Fprintf(&b, "; peers with a lower median ratio: %s", strings.Join(faster, ", "))
+	}
+	b.WriteString(". ")
+	lgRT, flRT := lg.perOp(lg.counts.RoundTrips), floor.perOp(floor.counts.RoundTrips)
+	if math.Abs(lgRT-flRT) < 0.005 {
+		fmt.Fprintf(&b, "Both send %.0f round trips per operation. ", lgRT)
+	} else {
+		fmt.Fprintf(&b, "lockguard sends %.2f round trips per operation, the pair %.2f. ", lgRT, flRT)
+	}
+	var diffs []float64 // per round, lockguard's p50 minus the pair's, in µs
+	for i := range min(len(lg.rounds), len(floor.rounds)) {
+		diffs = append(diffs, float64(lg.rounds[i]-floor.rounds[i])/float64(time.Microsecond))
+	}
+	gapSp := spreadOf(diffs)
+	gap := gapSp.med
+	lgUs, flUs := lg.perOp(lg.serverUsec), floor.perOp(floor.serverUsec)
+	srv := lgUs - flUs
+	switch {
+	case gap <= 0:
+		fmt.Fprintf(&b, "Per round, lockguard's p50 is not above the pair's at the median (difference %s µs). ", gapSp.countRange(0))
+	case srv >= gap:
+		fmt.Fprintf(&b, "Per round, lockguard's p50 is above the pair's by %s µs; extra Redis server time accounts for all of the median: %.1f µs per operation against %.1f µs for the pair (commandstats `usec`). ",
+			gapSp.countRange(0), lgUs, flUs)
+	default:
+		fmt.Fprintf(&b, "Per round, lockguard's p50 is above the pair's by %s µs. Of the median %.0f µs, %.0f µs is extra Redis server time (commandstats `usec`: %.1f µs per operation against %.1f µs for the pair); "+
+			"the other %.0f µs is client-side work and timing (go-redis script calls, lockguard's own bookkeeping, round trips that vary with the machine's state), which this benchmark does not split further. ",
+			gapSp.countRange(0), gap, srv, lgUs, flUs, gap-srv)
+	}
+	b.WriteString(r.scriptFloorNote())
+	fmt.Fprintf(&b, "lockguard's two scripts check the wait line and keep the fencing token, the hold count and the retry tombstone: they run %.0f Redis calls inside the server per operation. ",
+		lg.perOp(lg.otherCalls))
+	b.WriteString(r.perCallNote(lg, floor))
+	b.WriteString("On the client, each acquisition also makes a random owner id, a lease timer and a watchdog entry; `go test -bench ClientOverhead ./dlock` measures that cost without Redis.")
+	return b.String()
+}
+
+// contendedLoss explains, from the numbers, where lockguard's contended throughput at hold is
+// below the best peer's, or returns "".
+func (r *report) contendedLoss(hold time.Duration) string {
+	var worse []string
+	var lgRT, peerRT, reacq, lgReacq, lgUs, peerUs, lgCore, peerCore float64
+	var peerMaxWait time.Duration
+	peers := 0
+	for _, g := range r.plan.curve {
+		c := r.findContended(contenders.Lockguard, g, hold)
+		if c == nil {
+			continue
+		}
+		var best *contendedResult
+		for _, name := range contenders.Names[1:] {
+			if p := r.findContended(name, g, hold); p != nil && (best == nil || p.rate() > best.rate()) {
+				best = p
+			}
+		}
+		if best == nil || best.rate() <= c.rate() {
+			continue
+		}
+		worse = append(worse, fmt.Sprintf("%d: %.2fx of %s", g, c.rate()/best.rate(), best.name))
+		if g > 1 {
+			perAcq := func(x *contendedResult, n int64) float64 { return float64(n) / float64(max(x.acquisitions, 1)) }
+			lgRT += perAcq(c, c.counts.RoundTrips)
+			peerRT += perAcq(best, best.counts.RoundTrips)
+			reacq += best.reacquiredShare()
+			lgReacq += c.reacquiredShare()
+			peerMaxWait = max(peerMaxWait, best.maxWait())
+			lgUs += perAcq(c, c.serverUsec)
+			peerUs += perAcq(best, best.serverUsec)
+			lgCore += float64(c.serverUsec) / float64(c.dur.Microseconds())
+			peerCore += float64(best.serverUsec) / float64(best.dur.Microseconds())
+			peers++
+		}
+	}
+	if len(worse) == 0 {
+		return ""
+	}
+	line := fmt.Sprintf("**Contended throughput, hold %s.** lockguard's acquisitions/s against the best peer, by goroutines: %s.",
+		fmtDur(hold), strings.Join(worse, "; "))
+	if peers == 0 {
+		return line
+	}
+	n := float64(peers)
+	line += " Averaged over the runs with 2 or more goroutines where a peer was faster:"
+	if reacq/n > 0.5 {
+		line += fmt.Sprintf(" the faster peer let the releasing goroutine take the lock straight back in %s of its acquisitions (its waiters waited up to %s)", pct(reacq/n), fmtDur(peerMaxWait))
+		if lgReacq/n < 0.05 {
+			line += fmt.Sprintf(", while lockguard handed releases to the next waiter in line (%s re-acquired by the releaser)", pct(lgReacq/n))
+		}
+		line += ";"
+	}
+	line += fmt.Sprintf(" a contended lockguard acquisition cost %.1f round trips against %.1f", lgRT/n, peerRT/n)
+	if lgRT/n >= peerRT/n+0.05 {
+		line += " (the first waiter on a key looks twice: join the line, then again once subscribed)"
+	}
+	line += fmt.Sprintf(", and %.0f µs of Redis CPU against %.0f", lgUs/n, peerUs/n)
+	if lgUs > peerUs {
+		line += fmt.Sprintf(" (the scripts that keep the line); over the run Redis spent %s of one core on lockguard's commands, %s on the peer's", pct(lgCore/n), pct(peerCore/n))
+	}
+	return line + "."
+}
+
 // writeLosses lists, from the numbers, where lockguard does worse than a peer.
 func (r *report) writeLosses(w func(string, ...any)) {
 	w("## Where we lose\n\n")
 	var lines []string
-	if lg, floor := r.findUnc(contenders.Lockguard), r.findUnc(floorName); lg != nil && floor != nil {
-		var faster []string
-		for _, u := range r.uncontended {
-			if u != lg && u != floor && u.name != scriptFloorName && u.lat.Quantile(0.5) < lg.lat.Quantile(0.5) {
-				faster = append(faster, fmt.Sprintf("%s %s", u.name, fmtDur(u.lat.Quantile(0.5))))
-			}
-		}
-		if len(faster) > 0 {
-			lines = append(lines, fmt.Sprintf("**Uncontended latency.** lockguard's Acquire+Release p50 is %s against %s for the bare SET NX + DEL pair; "+
-				"peers that are faster: %s. The round trips are the same (%.0f); the difference is work. %s"+
-				"lockguard's two scripts check the wait line and keep the fencing token, the hold count and the retry tombstone: "+
-				"they run %.0f Redis calls inside the server and cost %.0f µs of server time per operation (bare pair: %.0f µs). %s"+
-				"One request at a time, with the CPUs shared with the client, Redis runs each script with cold caches: "+
-				"the same scripts sent in a pipeline cost the server about a third of that. "+
-				"On the client, each acquisition also makes a random owner id, a lease timer and a watchdog entry, "+
-				"a small part of the difference: `go test -bench ClientOverhead ./dlock` measures it without Redis.",
-				fmtDur(lg.lat.Quantile(0.5)), fmtDur(floor.lat.Quantile(0.5)), strings.Join(faster, ", "), lg.perOp(lg.counts.RoundTrips),
-				r.scriptFloorNote(), lg.perOp(lg.otherCalls), lg.perOp(lg.serverUsec), floor.perOp(floor.serverUsec), r.perCallNote(lg, floor)))
-		}
+	if l := r.uncontendedLoss(); l != "" {
+		lines = append(lines, l)
 	}
 	for _, hold := range r.plan.holds {
-		var worse []string
-		var lgRT, peerRT, reacq, lgUs, peerUs float64
-		var peerMaxWait time.Duration
-		peers := 0
-		for _, g := range r.plan.curve {
-			c := r.findContended(contenders.Lockguard, g, hold)
-			if c == nil {
-				continue
-			}
-			var best *contendedResult
-			for _, name := range contenders.Names[1:] {
-				if p := r.findContended(name, g, hold); p != nil && (best == nil || p.rate() > best.rate()) {
-					best = p
-				}
-			}
-			if best == nil || best.rate() <= c.rate() {
-				continue
-			}
-			worse = append(worse, fmt.Sprintf("%d: %.2fx of %s", g, c.rate()/best.rate(), best.name))
-			if g > 1 {
-				lgRT += float64(c.counts.RoundTrips) / float64(max(c.acquisitions, 1))
-				peerRT += float64(best.counts.RoundTrips) / float64(max(best.acquisitions, 1))
-				reacq += best.reacquiredShare()
-				peerMaxWait = max(peerMaxWait, best.maxWait())
-				lgUs += float64(c.serverUsec) / float64(max(c.acquisitions, 1))
-				peerUs += float64(best.serverUsec) / float64(max(best.acquisitions, 1))
-				peers++
-			}
+		if l := r.contendedLoss(hold); l != "" {
+			lines = append(lines, l)
 		}
-		if len(worse) == 0 {
-			continue
-		}
-		line := fmt.Sprintf("**Contended throughput, hold %s.** lockguard's acquisitions/s against the best peer, by goroutines: %s.",
-			fmtDur(hold), strings.Join(worse, "; "))
-		if peers > 0 {
-			line += fmt.Sprintf(" With 2 or more goroutines the faster peer gets its rate by letting the releasing goroutine take the lock straight back "+
-				"(%s of its acquisitions on average; its waiters waited up to %s), while lockguard hands every release to the next waiter in line. "+
-				"A contended lockguard acquisition costs %.1f round trips against %.1f (the first waiter on a key looks twice: join the line, "+
-				"then again once subscribed), and %.0f µs of Redis CPU against %.0f: the scripts keep the line. On a machine this small the "+
-				"server's and the client's CPU time per hand-off bounds the rate.", pct(reacq/float64(peers)), fmtDur(peerMaxWait),
-				lgRT/float64(peers), peerRT/float64(peers), lgUs/float64(peers), peerUs/float64(peers))
-		}
-		lines = append(lines, line)
 	}
 	var lgm *manyKeysResult
 	for _, m := range r.manyKeys {
@@ -207,25 +279,41 @@ func (r *report) writeLosses(w func(string, ...any)) {
 		}
 	}
 	if lgm != nil {
-		var faster []string
+		lsp := lgm.rateSpread()
+		var faster, overlap []string
 		for _, m := range r.manyKeys {
-			if m != lgm && m.rate() > lgm.rate() {
-				faster = append(faster, fmt.Sprintf("%s %.0f (lockguard %.2fx)", m.name, m.rate(), lgm.rate()/m.rate()))
+			if m == lgm || m.rate() <= lgm.rate() {
+				continue
+			}
+			sp := m.rateSpread()
+			faster = append(faster, fmt.Sprintf("%s %.0f (range %.0f–%.0f; lockguard %.2fx; Redis time %.0f µs per operation)", m.name, sp.med, sp.lo, sp.hi, lgm.rate()/m.rate(),
+				float64(m.serverUsec)/float64(max(m.ops, 1))))
+			if lsp.hi >= sp.lo {
+				overlap = append(overlap, m.name)
 			}
 		}
 		if len(faster) > 0 {
-			lines = append(lines, fmt.Sprintf("**Many keys.** lockguard does %.0f operations/s; faster: %s. The extra server and client work per operation "+
-				"shows up as lower throughput once the CPUs are busy.", lgm.rate(), strings.Join(faster, ", ")))
+			line := fmt.Sprintf("**Many keys.** lockguard does %.0f operations/s (median of %d rounds, range %.0f–%.0f) with %.0f µs of Redis time per operation; faster (medians): %s.",
+				lsp.med, lsp.n, lsp.lo, lsp.hi, float64(lgm.serverUsec)/float64(max(lgm.ops, 1)), strings.Join(faster, "; "))
+			if len(overlap) > 0 {
+				line += fmt.Sprintf(" The round-to-round ranges overlap with %s: that part of the difference is within this run's noise.", strings.Join(overlap, ", "))
+			}
+			lines = append(lines, line)
 		}
 	}
 	if g := r.gin; g != nil && g.available {
-		line := fmt.Sprintf("**Gin.** The middleware adds %s at p99 per request at low load and keeps %.0f%% of the bare route's requests/s under load (%s); "+
-			"every request runs the acquire script and the release-and-store script.", fmtDur(g.addedP99()), 100*g.highRatio(), g.highNote())
-		if lg, b, l := r.findUnc(contenders.Lockguard), g.row(routeBare, g.lowConns), g.row(routeLocked, g.lowConns); lg != nil && b != nil && l != nil && r.ping != nil {
-			line += fmt.Sprintf(" At the median it adds %s, against %s for an uncontended Acquire+Release measured alone: "+
-				"little beyond its two script round trips, which on this machine already cost %.1f PING round trips at the median, "+
-				"with the load generator, the HTTP server and Redis sharing two CPUs.",
-				fmtDur(l.p50-b.p50), fmtDur(lg.lat.Quantile(0.5)), float64(lg.lat.Quantile(0.5))/float64(r.ping.Quantile(0.5)))
+		line := fmt.Sprintf("**Gin.** The middleware adds %s at p99 per request at low load and keeps %.0f%% of the bare route's requests/s under load (%s).",
+			fmtDur(g.addedP99()), 100*g.highRatio(), g.highNote())
+		if lg, b, l := r.findUnc(contenders.Lockguard), g.row(routeBare, g.lowConns), g.row(routeLocked, g.lowConns); lg != nil && b != nil && l != nil && r.rtt() > 0 {
+			added, alone := l.p50-b.p50, lg.lat.Quantile(0.5)
+			cmp := fmt.Sprintf("%s more than", fmtDur(added-alone))
+			if added < alone {
+				cmp = fmt.Sprintf("%s less than", fmtDur(alone-added))
+			}
+			line += fmt.Sprintf(" At the median it adds %s, %s an uncontended lockguard Acquire+Release measured alone (%s, section 1); "+
+				"that is %.1f PING round trips (interleaved PING p50 %s) for %.2f Redis round trips per request, "+
+				"with the load generator, the HTTP server and Redis sharing %d CPUs.",
+				fmtDur(added), cmp, fmtDur(alone), r.rtts(added), fmtDur(r.rtt()), l.roundTrips, r.machine.cores)
 		}
 		lines = append(lines, line)
 	}

@@ -21,13 +21,27 @@ const floorName = "SET NX + DEL (floor)"
 // with a script.
 const scriptFloorName = "2 x EVALSHA of `return 1` (reference)"
 
+// pingName is a reference, not a contender: one PING per operation on a client like the
+// others, measured in the same rotation. Its p50 is the run's Redis round trip: every "PING
+// round trips" figure and the contended floor use it, because a PING sent amid the lock
+// operations sees the same CPU and scheduling state they do (PINGs sent back to back by an
+// otherwise idle process read differently).
+const pingName = "PING (reference)"
+
+// isReference reports whether name is a reference row of the uncontended table rather than a
+// contender.
+func isReference(name string) bool {
+	return name == floorName || name == scriptFloorName || name == pingName
+}
+
 // emptyScript is the script of the script floor.
 var emptyScript = redis.NewScript("return 1")
 
 // uncontendedResult is one contender (or the floor) in the uncontended scenario.
 type uncontendedResult struct {
 	name       string
-	lat        metrics.Sample
+	lat        metrics.Sample  // every measured op
+	rounds     []time.Duration // p50 of each round, in round order
 	ops        int64
 	counts     metrics.Counts // hook counts over all measured ops
 	topLevel   int64          // commandstats calls of the contender's top-level commands
@@ -37,15 +51,32 @@ type uncontendedResult struct {
 
 func (r *uncontendedResult) perOp(n int64) float64 { return float64(n) / float64(r.ops) }
 
+// roundRatios returns, for each round, r's p50 over ref's p50 in the same round.
+func (r *uncontendedResult) roundRatios(ref *uncontendedResult) []float64 {
+	var out []float64
+	for i := range min(len(r.rounds), len(ref.rounds)) {
+		if ref.rounds[i] > 0 {
+			out = append(out, float64(r.rounds[i])/float64(ref.rounds[i]))
+		}
+	}
+	return out
+}
+
+// ratioSpread is the median and range of r's per-round p50 ratios to ref.
+func (r *uncontendedResult) ratioSpread(ref *uncontendedResult) spread {
+	return spreadOf(r.roundRatios(ref))
+}
+
 // op is one measured Acquire+Release.
 type op func(ctx context.Context) error
 
 // uncontended measures Acquire+Release on a free key, one goroutine, in rounds that rotate the
-// order of contenders; the floor is a bare SET NX PX + DEL on the same kind of client.
+// order of contenders; the floor is a bare SET NX PX + DEL on the same kind of client, and a
+// single PING per op in the same rotation gives the run's round trip.
 func (b *bench) uncontended(ctx context.Context, rep *report) error {
-	names := append([]string{floorName, scriptFloorName}, contenders.Names...)
+	names := append([]string{floorName, scriptFloorName, pingName}, contenders.Names...)
 	ops := map[string]op{}
-	top := map[string][]string{floorName: {"set", "del"}, scriptFloorName: {"eval", "evalsha"}}
+	top := map[string][]string{floorName: {"set", "del"}, scriptFloorName: {"eval", "evalsha"}, pingName: {"ping"}}
 	rts := map[string]*metrics.RoundTrips{}
 	res := map[string]*uncontendedResult{}
 	for _, name := range names {
@@ -75,6 +106,13 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 			}
 			continue
 		}
+		if name == pingName {
+			c := b.newClient()
+			defer func() { _ = c.Close() }()
+			rts[name] = c.rt
+			ops[name] = func(ctx context.Context) error { return c.Ping(ctx).Err() }
+			continue
+		}
 		ct := b.contender(name, contenders.Config{})
 		defer ct.stop()
 		rts[name] = ct.c.rt
@@ -100,13 +138,16 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 			r := res[name]
 			cs0 := b.commandStats(ctx)
 			c0 := rts[name].Snapshot()
+			var lat metrics.Sample
 			for range b.plan.uncOps {
 				t := time.Now()
 				if err := ops[name](ctx); err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
-				r.lat.Add(time.Since(t))
+				lat.Add(time.Since(t))
 			}
+			r.rounds = append(r.rounds, lat.Quantile(0.5))
+			r.lat.Merge(&lat)
 			r.counts = addCounts(r.counts, rts[name].Snapshot().Sub(c0))
 			d := b.commandStats(ctx).Sub(cs0)
 			r.topLevel += d.Sum(top[name]...)
@@ -119,9 +160,12 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 			r.ops += int64(b.plan.uncOps)
 		}
 	}
+	floor := res[floorName]
 	for _, name := range names {
 		r := res[name]
-		log.Printf("  %-22s p50 %v p99 %v rt/op %.2f", name, r.lat.Quantile(0.5), r.lat.Quantile(0.99), r.perOp(r.counts.RoundTrips))
+		sp := r.ratioSpread(floor)
+		log.Printf("  %-22s p50 %v p99 %v rt/op %.2f; per-round p50/floor median %.2fx (%.2f-%.2fx)", name, r.lat.Quantile(0.5), r.lat.Quantile(0.99),
+			r.perOp(r.counts.RoundTrips), sp.med, sp.lo, sp.hi)
 		rep.uncontended = append(rep.uncontended, r)
 	}
 	return nil

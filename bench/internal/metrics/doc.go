@@ -8,7 +8,8 @@
 //	// ... work ...
 //	d := rt.Snapshot().Sub(before) // d.RoundTrips, d.Requests
 //
-// The counts are exact for what goes through a client's hooks (commands and pipelines); pub/sub
+// The counts are exact for what goes through a client's hooks (commands and pipelines), and a
+// call is counted when it returns, so a window counts the calls that completed in it; pub/sub
 // traffic on a dedicated subscription connection does not pass through them and is not counted.
 // Percentiles are exact (sorted samples, nearest rank), not estimated.
 package metrics

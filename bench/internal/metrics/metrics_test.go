@@ -74,3 +74,46 @@ func TestRoundTripsAgreeWithCommandStats(t *testing.T) {
 		t.Errorf("commandstats get = %d, want 2", got)
 	}
 }
+
+// TestRoundTripsCountedOnReturn checks that a command is counted when it returns: with a pool
+// of one connection busy with a BLPOP, a GET waiting for that connection is not counted yet,
+// and neither is the BLPOP still on the wire; both are once they have returned.
+func TestRoundTripsCountedOnReturn(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t, func(o *redis.Options) { o.PoolSize = 1 })
+	ctx := context.Background()
+	var rt RoundTrips
+	rdb.AddHook(&rt)
+	if err := rdb.Ping(ctx).Err(); err != nil { // dial outside the measurement
+		t.Fatal(err)
+	}
+	c0 := rt.Snapshot()
+	done := make(chan struct{}, 2)
+	go func() {
+		rdb.BLPop(ctx, time.Second, "empty") // holds the only connection, then times out (redis.Nil)
+		done <- struct{}{}
+	}()
+	waitFor(t, func() bool { return rdb.PoolStats().IdleConns == 0 && rdb.PoolStats().TotalConns == 1 })
+	go func() {
+		rdb.Get(ctx, "a") // waits for the connection
+		done <- struct{}{}
+	}()
+	waitFor(t, func() bool { return rdb.PoolStats().PendingRequests == 1 })
+	if d := rt.Snapshot().Sub(c0); d.RoundTrips != 0 || d.Requests != 0 {
+		t.Errorf("while BLPOP is on the wire and GET waits for a connection: counted %+v, want nothing", d)
+	}
+	<-done
+	<-done
+	if d := rt.Snapshot().Sub(c0); d.RoundTrips != 2 || d.Requests != 2 {
+		t.Errorf("after both returned: counted %+v, want 2 round trips and 2 requests", d)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 2s")
+		}
+	}
+}

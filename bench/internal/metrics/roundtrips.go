@@ -11,6 +11,9 @@ import (
 // RoundTrips is a go-redis hook (install it with AddHook) that counts what its client sends:
 // every Process call is one request in one round trip, every pipeline is one round trip
 // carrying len(cmds) requests. Commands a Lua script runs inside Redis are not requests.
+// A call is counted when it returns, not when it starts: a command still waiting for a pooled
+// connection, or still on the wire, when a snapshot is taken is not in that snapshot, so a
+// measuring window counts the round trips that completed in it.
 // The handshake go-redis sends on each new connection (HELLO, CLIENT SETINFO, CLIENT
 // MAINT_NOTIFICATIONS) is left out: it is the pool's cost, not the lock's.
 type RoundTrips struct {
@@ -44,11 +47,12 @@ func (h *RoundTrips) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook implements redis.Hook: one command, one round trip.
 func (h *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
 		if !handshake(cmd) {
 			h.roundTrips.Add(1)
 			h.requests.Add(1)
 		}
-		return next(ctx, cmd)
+		return err
 	}
 }
 
@@ -56,6 +60,7 @@ func (h *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // MULTI/EXEC transaction's wrapping commands are not counted as requests).
 func (h *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
 		n := 0
 		for _, c := range cmds {
 			if name := c.Name(); name != "multi" && name != "exec" && !handshake(c) {
@@ -66,7 +71,7 @@ func (h *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			h.roundTrips.Add(1)
 			h.requests.Add(int64(n))
 		}
-		return next(ctx, cmds)
+		return err
 	}
 }
 
