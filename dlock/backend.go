@@ -46,8 +46,9 @@ type backend interface {
 	// answeredSince reports whether any call of this Client got an answer from the store after
 	// t: a wait whose own call went unanswered meanwhile met a busy client, not a silent store.
 	answeredSince(t time.Time) bool
-	// probe sends the cheapest request that the store node holding key answers, and reports
-	// whether it answered before ctx ended.
+	// probe sends the cheapest request that the store node holding key answers only when it
+	// would also run a look at the lock (a write), and reports whether it answered before
+	// ctx ended.
 	probe(ctx context.Context, key string) bool
 	// close stops background work and waits for it.
 	close() error

@@ -33,6 +33,10 @@ var (
 	scriptLeave   = redis.NewScript(luaLib + luaLeave)
 	scriptReenter = redis.NewScript(luaReenter)
 	scriptRenew   = redis.NewScript(luaRenew)
+	// scriptProbe does nothing, as a script that may write: it reaches the master of its
+	// key's slot, and Redis holds it back while it holds back writes (CLIENT PAUSE WRITE, a
+	// failover), exactly as it would the look whose silence it checks.
+	scriptProbe = redis.NewScript("return 1")
 )
 
 // renewChunk bounds the keys of one renew script call, so one call never blocks Redis for long
@@ -463,7 +467,7 @@ func (b *redisBackend) record(ctx context.Context, key string) ([]byte, bool, er
 
 func (b *redisBackend) probe(ctx context.Context, key string) bool {
 	keys, _ := b.keys(key)
-	err := b.call(ctx, func(ctx context.Context) error { return b.rdb.PTTL(ctx, keys[0]).Err() })
+	err := b.call(ctx, func(ctx context.Context) error { return scriptProbe.Run(ctx, b.rdb, keys[:1]).Err() })
 	return err == nil
 }
 

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"net"
 	"time"
 )
 
@@ -191,21 +192,38 @@ const storeSilence = 100 * time.Millisecond
 // cannot have read the answers waiting in its sockets, and must not blame the store for it.
 // It delays the error of a silent store by up to storeSilence past the deadline.
 func (c *Client) lookErr(ctx context.Context, key string, err error, sent time.Time) error {
+	// go-redis ends a read at ctx's deadline itself (ContextTimeoutEnabled), with a network
+	// timeout, a moment before ctx ends: the same end as a ctx error.
+	timedOut := atDeadline(ctx, err)
 	if ctx.Err() == nil {
-		return err
+		if !timedOut {
+			return err
+		}
+		<-ctx.Done() // its deadline is at most a millisecond away
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	byCtx := timedOut || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	if byCtx {
 		if time.Since(sent) < storeSilence || c.be.answeredSince(sent) {
 			return &waitError{ctxErr: ctx.Err()}
 		}
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeSilence)
-		answered := c.be.probe(pctx, key)
-		cancel()
-		if answered || c.be.answeredSince(sent) {
-			return &waitError{ctxErr: ctx.Err()}
+		if !c.closed.Load() { // Close bounds nothing: no probe then
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeSilence)
+			answered := c.be.probe(pctx, key)
+			cancel()
+			if answered || c.be.answeredSince(sent) {
+				return &waitError{ctxErr: ctx.Err()}
+			}
 		}
 	}
 	return &silentStoreError{ctxErr: ctx.Err(), err: err}
+}
+
+// atDeadline reports whether err is a network timeout that came with ctx's deadline: after
+// it, or at most a millisecond before it.
+func atDeadline(ctx context.Context, err error) bool {
+	d, ok := ctx.Deadline()
+	var ne net.Error
+	return ok && errors.As(err, &ne) && ne.Timeout() && time.Until(d) <= time.Millisecond
 }
 
 // dropHold removes one hold entry that a failed call (failing with failure) may have added,

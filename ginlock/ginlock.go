@@ -49,6 +49,7 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFun
 	m := &middleware{client: client, key: key, cfg: cfg, tel: newTelemetry(&cfg)}
 	m.replay = cfg.replay == replayOn || cfg.replay == replayAuto && key.UsesIdempotencyKey()
 	m.needsIdemKey = key.UsesIdempotencyKey()
+	m.params = key.RequiredParams()
 	if cfg.ttl > 0 {
 		m.lockOpts = append(m.lockOpts, dlock.WithTTL(cfg.ttl))
 	}
@@ -75,9 +76,11 @@ type middleware struct {
 	// needsIdemKey: the key uses the Idempotency-Key header, so a request without one (or
 	// with an empty one; an Optional part) is locked but not replayed, whatever the mode.
 	needsIdemKey bool
-	lockOpts     []dlock.AcquireOption
-	replayOpts   []dlock.AcquireOption // lockOpts and SkipCompleted
-	headers      []string              // replayed headers: cfg.headers and Content-Encoding
+	// params: the path parameters the key needs (see undeclaredParam).
+	params     []string
+	lockOpts   []dlock.AcquireOption
+	replayOpts []dlock.AcquireOption // lockOpts and SkipCompleted
+	headers    []string              // replayed headers: cfg.headers and Content-Encoding
 }
 
 type lockKey struct{}
@@ -103,24 +106,30 @@ func (m *middleware) handle(c *gin.Context) {
 	route := c.FullPath()
 	origCtx := c.Request.Context()
 
+	if param, ok := m.undeclaredParam(c, route); ok {
+		// The route cannot carry what the key needs: the mistake is the server's.
+		err := fmt.Errorf("ginlock: the key reads path parameter %q, which route %q does not declare", param, route)
+		m.cfg.log.ErrorContext(origCtx, "ginlock: key function failed", "route", route, "error", err)
+		_, span := m.tel.start(origCtx, route, "")
+		m.tel.end(origCtx, span, route, OutcomeError, false, errKeyFunc)
+		m.reject(c, http.StatusInternalServerError, err)
+		return
+	}
+
 	src := NewSource(c, m.cfg.maxBody)
 	key, err := m.key.Key(src)
-	replaying := m.replay
-	if replaying && m.needsIdemKey {
+	hasIdemKey := false // the request carries a (non-blank) Idempotency-Key for the key
+	if m.needsIdemKey {
 		v, _ := src.Value(keyfunc.KindHeader, keyfunc.IdempotencyKeyHeader)
-		replaying = strings.Trim(v, " \t") != ""
+		hasIdemKey = strings.Trim(v, " \t") != ""
 	}
+	replaying := m.replay && (hasIdemKey || !m.needsIdemKey)
 	var fp requestPrint
 	if err == nil && replaying {
 		fp, err = fingerprint(c, src)
 	}
 	if err != nil {
 		status := keyStatus(err)
-		if param, ok := src.undeclaredParam(err); ok {
-			// The route cannot carry what the key needs: the mistake is the server's.
-			err = fmt.Errorf("ginlock: the key reads path parameter %q, which route %q does not declare: %w", param, route, err)
-			status = http.StatusInternalServerError
-		}
 		if status == http.StatusInternalServerError {
 			m.cfg.log.ErrorContext(origCtx, "ginlock: key function failed", "route", route, "error", err)
 			// A failure, so a span marks it; the function's error text may hold request data.
@@ -157,7 +166,7 @@ func (m *middleware) handle(c *gin.Context) {
 	case errors.Is(err, dlock.ErrNotObtained):
 		m.tel.end(ctx, span, route, OutcomeBusy, false, nil)
 		c.Header("Retry-After", retryAfter)
-		if m.needsIdemKey {
+		if hasIdemKey {
 			err = fmt.Errorf("%w (%w)", ErrKeyInProgress, err)
 		}
 		m.reject(c, http.StatusConflict, err)
@@ -175,6 +184,21 @@ func (m *middleware) handle(c *gin.Context) {
 		m.cfg.log.ErrorContext(origCtx, "ginlock: lock refused", "key_hash", hashKey(key), "route", route, "error", err)
 		m.reject(c, http.StatusInternalServerError, err)
 	}
+}
+
+// undeclaredParam returns a path parameter that the key needs and the matched route does not
+// declare (a matched route has every parameter it declares). Unmatched requests (NoRoute)
+// have no route to blame.
+func (m *middleware) undeclaredParam(c *gin.Context, route string) (string, bool) {
+	if route == "" {
+		return "", false
+	}
+	for _, name := range m.params {
+		if _, ok := c.Params.Get(name); !ok {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // acquire takes the lock at once, or waits up to WithWait and the request's context. With

@@ -22,8 +22,8 @@ import (
 //
 //   - KindParam: path parameters (c.Params);
 //   - KindQuery: the first value of a query parameter;
-//   - KindHeader: the first value of a request header; for Idempotency-Key, every line
-//     joined with ", " (RFC 9110's combined value), so that two keys are refused (400);
+//   - KindHeader: the first value of a request header (Values gives every line, so that
+//     keyfunc.IdempotencyKey refuses a key sent twice);
 //   - KindForm: fields of a multipart/form-data body (files are ignored); keyfunc itself
 //     parses application/x-www-form-urlencoded bodies;
 //   - KindMeta: keyfunc.MetaMethod, keyfunc.MetaRoute (c.FullPath(), absent for unmatched
@@ -37,8 +37,6 @@ import (
 //   - Body: the request body, read once and at most the cap, then put back in
 //     c.Request.Body and under gin.BodyBytesKey so c.ShouldBindBodyWith reuses it.
 //
-// A path parameter that the matched route does not declare is absent.
-//
 // A Source belongs to one request and is not safe for concurrent use.
 type Source struct {
 	c       *gin.Context
@@ -50,11 +48,9 @@ type Source struct {
 
 	formRead bool
 	form     url.Values
-
-	undeclared []string // path parameters looked up that the matched route does not have
 }
 
-var _ keyfunc.Source = (*Source)(nil)
+var _ keyfunc.MultiValueSource = (*Source)(nil)
 
 // NewSource returns the Source of c, reading at most maxBody bytes of body (<= 0:
 // DefaultMaxBody). Handlers can use it to derive the keys of nested locks the same way the
@@ -92,21 +88,11 @@ func (s *Source) Value(kind keyfunc.Kind, name string) (string, bool) {
 	c := s.c
 	switch kind {
 	case keyfunc.KindParam:
-		v, ok := c.Params.Get(name)
-		if !ok && c.FullPath() != "" {
-			// A matched route has every parameter it declares: this one it does not.
-			s.undeclared = append(s.undeclared, name)
-		}
-		return v, ok
+		return c.Params.Get(name)
 	case keyfunc.KindQuery:
 		return c.GetQuery(name)
 	case keyfunc.KindHeader:
-		vs := c.Request.Header.Values(name)
-		if len(vs) > 1 && http.CanonicalHeaderKey(name) == keyfunc.IdempotencyKeyHeader {
-			// Combined as RFC 9110 combines repeated lines, so that keyfunc refuses two keys.
-			return strings.Join(vs, ", "), true
-		}
-		if len(vs) > 0 {
+		if vs := c.Request.Header.Values(name); len(vs) > 0 {
 			return vs[0], true
 		}
 	case keyfunc.KindForm:
@@ -241,17 +227,14 @@ func (s *Source) multipartForm() url.Values {
 	return form
 }
 
-// undeclaredParam returns the path parameter that a key error is about when the matched
-// route does not declare it: a required part named after a parameter that the route lacks.
-func (s *Source) undeclaredParam(err error) (string, bool) {
-	var pe *keyfunc.PartError
-	if len(s.undeclared) == 0 || !errors.Is(err, keyfunc.ErrMissing) || !errors.As(err, &pe) {
-		return "", false
+// Values returns every line of a request header (KindHeader), in order; for the other kinds
+// it returns the one value Value gives, or nil.
+func (s *Source) Values(kind keyfunc.Kind, name string) []string {
+	if kind == keyfunc.KindHeader {
+		return s.c.Request.Header.Values(name)
 	}
-	for _, name := range s.undeclared {
-		if name == pe.Part {
-			return name, true
-		}
+	if v, ok := s.Value(kind, name); ok {
+		return []string{v}
 	}
-	return "", false
+	return nil
 }

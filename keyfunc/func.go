@@ -112,6 +112,22 @@ func (f *Func) UsesIdempotencyKey() bool {
 	return false
 }
 
+// RequiredParams lists the path parameters that f's required Param parts read (scope first,
+// in order). An adapter can check them against the route a request matched: a route that
+// does not declare one can never give f a key, which is the server's mistake, not the
+// client's. Optional parts and From functions are not listed.
+func (f *Func) RequiredParams() []string {
+	var names []string
+	for _, ps := range [][]Part{f.scope, f.parts} {
+		for _, p := range ps {
+			if p.param != "" && !p.optional {
+				names = append(names, p.param)
+			}
+		}
+	}
+	return names
+}
+
 // String describes f's shape, with part names in braces, e.g. "{route}|pay:{user}:{order}".
 // It holds no request data, so it suits logs and low-cardinality span attributes.
 func (f *Func) String() string {

@@ -3,6 +3,7 @@ package keyfunc
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -208,5 +209,20 @@ func BenchmarkKey(b *testing.B) {
 		if _, err := f.Key(src); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestRequiredParams(t *testing.T) {
+	f := MustTemplate("acct:{a}:{b}:{c}", map[string]Part{
+		"a": Param("account_id"),
+		"b": Param("sub").Optional(),
+		"c": Query("x"),
+	}).Scope(Param("tenant"))
+	got := f.RequiredParams()
+	if want := []string{"tenant", "account_id"}; !slices.Equal(got, want) {
+		t.Fatalf("RequiredParams = %q, want %q", got, want)
+	}
+	if got := Join(Const("x")).RequiredParams(); len(got) != 0 {
+		t.Fatalf("no Param parts: %q", got)
 	}
 }

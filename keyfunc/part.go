@@ -36,6 +36,7 @@ type Part struct {
 	defMax    int // the constructor's default cap; <0: no cap
 	hashAbove int // 0: the Func's WithHashAbove; <0: always hash
 	idem      bool
+	param     string // the path parameter a Param part reads
 }
 
 // getter returns a part's raw value and whether it is present.
@@ -87,7 +88,11 @@ func (p Part) HashAbove(n int) Part {
 func (p Part) String() string { return p.name }
 
 // Param is the path parameter name (KindParam). Cap: DefaultMaxLen.
-func Param(name string) Part { return valuePart(KindParam, name, DefaultMaxLen) }
+func Param(name string) Part {
+	p := valuePart(KindParam, name, DefaultMaxLen)
+	p.param = name
+	return p
+}
 
 // Query is the first value of query parameter name (KindQuery). Cap: DefaultMaxLen.
 func Query(name string) Part { return valuePart(KindQuery, name, DefaultMaxLen) }
@@ -121,6 +126,11 @@ func valuePart(kind Kind, name string, defMax int) Part {
 func IdempotencyKey() Part {
 	p := newPart(IdempotencyKeyHeader, DefaultMaxHeaderLen, func(e *eval) (string, bool, error) {
 		v, ok := e.src.Value(KindHeader, IdempotencyKeyHeader)
+		if vs, multi := e.src.(MultiValueSource); multi && ok {
+			if all := vs.Values(KindHeader, IdempotencyKeyHeader); len(all) > 1 {
+				v = strings.Join(all, ", ") // RFC 9110's combined value: refused below
+			}
+		}
 		if !ok || strings.Trim(v, " \t") == "" {
 			return "", false, nil
 		}

@@ -62,6 +62,15 @@ type Source interface {
 	Body() ([]byte, error)
 }
 
+// MultiValueSource is a Source that can also return every value of a name that a request may
+// repeat (header lines). IdempotencyKey uses it to refuse a key sent on two lines; Value
+// still gives the first value to every other part.
+type MultiValueSource interface {
+	Source
+	// Values returns every value of the named value of kind, in order; nil when absent.
+	Values(kind Kind, name string) []string
+}
+
 // MapSource is a Source backed by maps, for tests of key functions and for callers that
 // derive keys outside any framework. The zero value is an empty source with a nil context.
 // Header names are matched case-insensitively (an exact match first; among names that differ

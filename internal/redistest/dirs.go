@@ -28,6 +28,24 @@ const (
 
 var sweepOnce sync.Once
 
+// held keeps the lock files of running servers reachable until Close. A Server nobody
+// references any more (a TestMain that keeps only its address) still runs its redis-server,
+// but the finalizer of an unreachable *os.File would close it and drop its flock: its port
+// could be picked again and its directory swept.
+var held sync.Map // *os.File -> struct{}
+
+func keep(files ...*os.File) {
+	for _, f := range files {
+		held.Store(f, struct{}{})
+	}
+}
+
+func unkeep(files ...*os.File) {
+	for _, f := range files {
+		held.Delete(f)
+	}
+}
+
 // makeDir creates a server directory and takes its owner lock, after removing, once per
 // process, the directories that dead test binaries left behind.
 func makeDir() (string, *os.File, error) {
@@ -67,21 +85,25 @@ func sweepStaleDirs() {
 		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
 			continue
 		}
-		if ownerGone(d, fi) {
-			_ = os.RemoveAll(d)
-		}
+		removeIfOwnerGone(d, fi)
 	}
 }
 
-// ownerGone reports whether the process that made server directory d is gone.
-func ownerGone(d string, fi fs.FileInfo) bool {
+// removeIfOwnerGone removes server directory d when the process that made it is gone,
+// holding its owner lock while it does.
+func removeIfOwnerGone(d string, fi fs.FileInfo) {
 	f, err := os.OpenFile(filepath.Join(d, ownerLock), os.O_RDWR, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return time.Since(fi.ModTime()) > unownedAge
+		if time.Since(fi.ModTime()) > unownedAge {
+			_ = os.RemoveAll(d)
+		}
+		return
 	}
 	if err != nil {
-		return false
+		return
 	}
 	defer func() { _ = f.Close() }()
-	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+		_ = os.RemoveAll(d)
+	}
 }

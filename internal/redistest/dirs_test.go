@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,4 +79,42 @@ func running(pid string) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || !strings.HasPrefix(s[i+1:], " Z")
+}
+
+// launchAndDrop starts a server the way a caller that keeps only its address would (a
+// TestMain that stores srv.Addr() in a variable and never closes it), and returns what is
+// needed to check on it and clean up.
+//
+//go:noinline
+func launchAndDrop(t *testing.T) (dir string, pid int) {
+	srv, err := Launch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.Dir(), srv.PID()
+}
+
+// A Server nobody references any more (never closed: its redis-server and its test binary
+// still run) keeps its owner lock through garbage collection, so no sweep removes its
+// directory (its log, a cluster node's nodes.conf, a sentinel's config).
+func TestLiveServerDirSurvivesGC(t *testing.T) {
+	dir, pid := launchAndDrop(t)
+	defer func() {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		time.Sleep(200 * time.Millisecond) // the reaper goroutine of start() returns
+		_ = os.RemoveAll(dir)
+	}()
+	// Let the collector run as it would over a long test binary.
+	for range 5 {
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("precondition: redis-server %d is gone: %v", pid, err)
+	}
+	sweepStaleDirs() // what another test binary's first Launch does
+	if _, err := os.Stat(filepath.Join(dir, "redis.log")); err != nil {
+		t.Fatalf("directory of redis-server %d (still running in a live process) was removed by the sweep: %v", pid, err)
+	}
 }

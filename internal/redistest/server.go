@@ -155,6 +155,7 @@ func launch(cfg config, extra func(dir string) []string) (*Server, error) {
 		}
 		s.args = append(s.args, cfg.args...)
 		if lastErr = s.start(); lastErr == nil {
+			keep(lock, dirLock)
 			return s, nil
 		}
 		_ = lock.Close()
@@ -289,6 +290,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	err := s.stopLocked(syscall.SIGKILL)
+	unkeep(s.portLock, s.dirLock)
 	return errors.Join(err, s.portLock.Close(), os.RemoveAll(s.dir), s.dirLock.Close())
 }
 

@@ -1,0 +1,151 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
+)
+
+// Redis holding writes (CLIENT PAUSE WRITE, as FAILOVER and a Cluster manual failover do)
+// holds the acquire script; the probe, a script too, is held the same way, so the wait on a
+// free lock ends with ErrUnavailable, not as a busy lock. (A read as the probe was answered.)
+func TestWritePauseIsUnavailable(t *testing.T) {
+	srv, _, c := setup(t)
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t) // nobody holds it
+	lk, err := c.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lk.Release(ctx)
+
+	admin := redis.NewClient(srv.Options())
+	defer func() { _ = admin.Close() }()
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 1500, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Do(context.Background(), "CLIENT", "UNPAUSE").Err() }()
+
+	wctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	lk, err = c.Acquire(wctx, key)
+	cancel()
+	if err == nil {
+		_ = lk.Release(ctx)
+		t.Fatal("precondition: the acquire script ran during CLIENT PAUSE WRITE")
+	}
+	if errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("free lock, Redis holding writes, look unanswered: err = %v (ErrNotObtained=%v); want ErrUnavailable, not a busy lock",
+			err, errors.Is(err, dlock.ErrNotObtained))
+	}
+}
+
+// On a Cluster, a wait on a free key whose node is paused ends with ErrUnavailable. (With
+// other nodes answering this Client meanwhile it is still taken for a busy lock: see the
+// limits in docs/dlock.md.)
+func TestClusterSilentNodeIsUnavailable(t *testing.T) { clusterSilentNode(t, false) }
+
+func clusterSilentNode(t *testing.T, traffic bool) {
+	cl := redistest.StartCluster(t)
+	rdb := cl.Client(t)
+	c := newClient(t, rdb)
+	ctx := testContext(t, 30*time.Second)
+
+	var silentKey, otherKey string
+	var silent *redistest.Server
+	for i := 0; silentKey == "" || otherKey == ""; i++ {
+		k := fmt.Sprintf("%s-%d", uniqueKey(t), i)
+		m, err := cl.MasterOf(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case silent == nil:
+			silent, silentKey = m, k
+		case m != silent && otherKey == "":
+			otherKey = k
+		}
+	}
+	for _, k := range []string{silentKey, otherKey} { // cluster state, scripts, connections
+		lk, err := c.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = lk.Release(ctx)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the rest of the service, working on keys of healthy nodes
+		defer wg.Done()
+		for traffic {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if lk, err := c.TryAcquire(ctx, otherKey); err == nil {
+				_ = lk.Release(ctx)
+			}
+		}
+	}()
+	if err := silent.Pause(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	lk, err := c.Acquire(wctx, silentKey)
+	cancel()
+	close(stop)
+	wg.Wait()
+	time.Sleep(1600 * time.Millisecond) // let the pause end before the cleanups run
+	if err == nil {
+		_ = lk.Release(ctx)
+		t.Fatal("precondition: the paused node answered")
+	}
+	if errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("free key on a silent Cluster node, other nodes answering: err = %v; want ErrUnavailable, not a busy lock", err)
+	}
+}
+
+// A wait whose look is unanswered when its context ends while Close runs sends no probe:
+// once closing, calls run without the bound of their context (go-redis without
+// ContextTimeoutEnabled ignores the deadline), so a probe would wait for the client's
+// ReadTimeout.
+func TestNoProbeDuringClose(t *testing.T) {
+	srv, _, c := setup(t)
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lk.Release(ctx)
+
+	if err := srv.Pause(ctx, 4*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		_ = c.Close()
+		close(closed)
+	}()
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = c.Acquire(wctx, key)
+	cancel()
+	took := time.Since(start)
+	<-closed
+	t.Logf("Acquire returned after %v: %v", took, err)
+	if took > time.Second {
+		t.Fatalf("Acquire with a 300ms deadline returned after %v (Close ran meanwhile); the probe should add at most 100ms", took)
+	}
+}
