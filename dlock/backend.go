@@ -45,6 +45,7 @@ type backend interface {
 	bounded() bool
 	// answeredSince reports whether any call of this Client got an answer from the store after
 	// t: a wait whose own call went unanswered meanwhile met a busy client, not a silent store.
+	// A store of several nodes answers false: another node's answer proves nothing.
 	answeredSince(t time.Time) bool
 	// probe sends the cheapest request that the store node holding key answers only when it
 	// would also run a look at the lock (a write), and reports whether it answered before

@@ -54,6 +54,7 @@ const renewChunk = 1000
 type redisBackend struct {
 	rdb     redis.UniversalClient
 	cluster bool
+	oneNode bool // a *redis.Client: one server (or one master, behind Sentinel)
 	prefix  string
 	claim   time.Duration // lease of a handed-off lock until its new holder confirms it
 	live    time.Duration // a queued waiter not heard of for this long leaves the line
@@ -73,9 +74,11 @@ type redisBackend struct {
 
 func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 	_, cluster := rdb.(*redis.ClusterClient)
+	_, oneNode := rdb.(*redis.Client)
 	b := &redisBackend{
 		rdb:     rdb,
 		cluster: cluster,
+		oneNode: oneNode,
 		prefix:  cfg.prefix,
 		claim:   3 * cfg.retry,
 		live:    3 * cfg.retry,
@@ -553,7 +556,12 @@ func (b *redisBackend) noteAnswer(err error) error {
 	return err
 }
 
-func (b *redisBackend) answeredSince(t time.Time) bool { return b.answered.Load() > t.UnixNano() }
+// answeredSince answers for a single server only: on a Cluster (or any client of several
+// nodes) an answer from one node says nothing of the node that holds a silent look's key, so
+// the probe alone decides.
+func (b *redisBackend) answeredSince(t time.Time) bool {
+	return b.oneNode && b.answered.Load() > t.UnixNano()
+}
 
 // mayOutlive reports whether a call with ctx could go on well past ctx's end.
 func (b *redisBackend) mayOutlive(ctx context.Context) bool {

@@ -47,10 +47,10 @@ func TestWritePauseIsUnavailable(t *testing.T) {
 	}
 }
 
-// On a Cluster, a wait on a free key whose node is paused ends with ErrUnavailable. (With
-// other nodes answering this Client meanwhile it is still taken for a busy lock: see the
-// limits in docs/dlock.md.)
-func TestClusterSilentNodeIsUnavailable(t *testing.T) { clusterSilentNode(t, false) }
+// On a Cluster, a wait on a free key whose node is paused ends with ErrUnavailable, also
+// while the other nodes answer this Client's other calls: their answers say nothing of the
+// silent node.
+func TestClusterSilentNodeIsUnavailable(t *testing.T) { clusterSilentNode(t, true) }
 
 func clusterSilentNode(t *testing.T, traffic bool) {
 	cl := redistest.StartCluster(t)
