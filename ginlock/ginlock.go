@@ -106,18 +106,15 @@ func (m *middleware) handle(c *gin.Context) {
 	route := c.FullPath()
 	origCtx := c.Request.Context()
 
-	if param, ok := m.undeclaredParam(c, route); ok {
-		// The route cannot carry what the key needs: the mistake is the server's.
-		err := fmt.Errorf("ginlock: the key reads path parameter %q, which route %q does not declare", param, route)
-		m.cfg.log.ErrorContext(origCtx, "ginlock: key function failed", "route", route, "error", err)
-		_, span := m.tel.start(origCtx, route, "")
-		m.tel.end(origCtx, span, route, OutcomeError, false, errKeyFunc)
-		m.reject(c, http.StatusInternalServerError, err)
-		return
-	}
-
 	src := NewSource(c, m.cfg.maxBody)
-	key, err := m.key.Key(src)
+	var key string
+	var err error
+	if param, ok := m.undeclaredParam(c, route); ok {
+		// The route cannot carry what the key needs: the server's mistake, a 500 below.
+		err = fmt.Errorf("ginlock: the key reads path parameter %q, which route %q does not declare", param, route)
+	} else {
+		key, err = m.key.Key(src)
+	}
 	hasIdemKey := false // the request carries a (non-blank) Idempotency-Key for the key
 	if m.needsIdemKey {
 		v, _ := src.Value(keyfunc.KindHeader, keyfunc.IdempotencyKeyHeader)
