@@ -7,66 +7,29 @@ import (
 
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lockguard/lockguard/asynqlock"
+	"github.com/lockguard/lockguard/internal/oteltest"
 	"github.com/lockguard/lockguard/keyfunc"
 )
-
-func otelRecorders(t *testing.T) (*tracetest.SpanRecorder, *sdktrace.TracerProvider, *sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
-	return rec, tp, reader, mp
-}
-
-func histogram(t *testing.T, reader *sdkmetric.ManualReader, name string) metricdata.Histogram[float64] {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name == name {
-				h, _ := m.Data.(metricdata.Histogram[float64])
-				return h
-			}
-		}
-	}
-	return metricdata.Histogram[float64]{}
-}
-
-func samples(h metricdata.Histogram[float64]) uint64 {
-	var n uint64
-	for _, dp := range h.DataPoints {
-		n += dp.Count
-	}
-	return n
-}
 
 // A key function (keyfunc.From) that panics: asynq recovers the panic, and the asynqlock.lock
 // span started before the key was derived still ends, as a failure with outcome panicked.
 func TestTelemetryKeyFuncPanicEndsSpan(t *testing.T) {
-	rec, tp, _, mp := otelRecorders(t)
+	o := oteltest.New(t)
 	e := newEnv(t)
 	key := keyfunc.Join(keyfunc.From("acct", func(keyfunc.Source) (string, error) { panic("bad key func") }))
 	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
-		e.lock, key, asynqlock.WithTracerProvider(tp), asynqlock.WithMeterProvider(mp))
+		e.lock, key, asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP))
 	func() {
 		defer func() { _ = recover() }() // as asynq's processor does
 		_ = h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{}`)))
 	}()
-	started, ended := len(rec.Started()), rec.Ended()
+	started, ended := len(o.Spans.Started()), o.Spans.Ended()
 	if started != 1 || len(ended) != 1 {
 		t.Fatalf("asynqlock.lock spans: %d started, %d ended: the span leaks when the key function panics", started, len(ended))
 	}
-	if out := spanOutcome(ended[0]); out != asynqlock.OutcomePanicked || ended[0].Status().Code != codes.Error {
+	if out := oteltest.Attr(ended[0], "asynqlock.outcome"); out != asynqlock.OutcomePanicked || ended[0].Status().Code != codes.Error {
 		t.Errorf("span outcome %q status %v, want %q and codes.Error", out, ended[0].Status().Code, asynqlock.OutcomePanicked)
 	}
 }
@@ -74,22 +37,22 @@ func TestTelemetryKeyFuncPanicEndsSpan(t *testing.T) {
 // A handler that panics held the lock until the deferred release: asynqlock.lock.hold has its
 // sample, and the lock is free again.
 func TestTelemetryHandlerPanicRecordsHold(t *testing.T) {
-	rec, tp, reader, mp := otelRecorders(t)
+	o := oteltest.New(t)
 	e := newEnv(t)
 	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { panic("boom") }),
-		e.lock, taskAccountKey, asynqlock.WithTracerProvider(tp), asynqlock.WithMeterProvider(mp))
+		e.lock, taskAccountKey, asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP))
 	func() {
 		defer func() { _ = recover() }()
 		_ = h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{"account_id":"p1"}`)))
 	}()
-	ended := rec.Ended()
+	ended := o.Spans.Ended()
 	if len(ended) != 1 || ended[0].Status().Code != codes.Error {
 		t.Fatalf("precondition: span ended with error: %d spans", len(ended))
 	}
-	if out := spanOutcome(ended[0]); out != asynqlock.OutcomePanicked {
+	if out := oteltest.Attr(ended[0], "asynqlock.outcome"); out != asynqlock.OutcomePanicked {
 		t.Errorf("span outcome %q, want %q", out, asynqlock.OutcomePanicked)
 	}
-	if n := samples(histogram(t, reader, "asynqlock.lock.hold")); n != 1 {
+	if n := oteltest.Count(o.Histogram(t, "asynqlock.lock.hold")); n != 1 {
 		t.Errorf("asynqlock.lock.hold has %d samples after a handler that held the lock and panicked, want 1", n)
 	}
 	again := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }), e.lock, taskAccountKey)
@@ -100,7 +63,7 @@ func TestTelemetryHandlerPanicRecordsHold(t *testing.T) {
 
 // No hold sample when the lock was never obtained (busy, invalid); one wait sample each.
 func TestTelemetryHoldOnlyWhenObtained(t *testing.T) {
-	_, tp, reader, mp := otelRecorders(t)
+	o := oteltest.New(t)
 	e := newEnv(t)
 	held, err := e.lock.Acquire(t.Context(), "account:zzbusy")
 	if err != nil {
@@ -108,17 +71,17 @@ func TestTelemetryHoldOnlyWhenObtained(t *testing.T) {
 	}
 	defer func() { _ = held.Release(context.Background()) }()
 	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
-		e.lock, taskAccountKey, asynqlock.WithTracerProvider(tp), asynqlock.WithMeterProvider(mp))
+		e.lock, taskAccountKey, asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP))
 	err = h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{"account_id":"zzbusy"}`)))
 	var locked *asynqlock.ErrLocked
 	if !errors.As(err, &locked) {
 		t.Fatalf("busy: %v", err)
 	}
 	_ = h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`nope`)))
-	if n := samples(histogram(t, reader, "asynqlock.lock.hold")); n != 0 {
+	if n := oteltest.Count(o.Histogram(t, "asynqlock.lock.hold")); n != 0 {
 		t.Errorf("hold samples %d for tasks that never held the lock", n)
 	}
-	if n := samples(histogram(t, reader, "asynqlock.lock.wait")); n != 2 {
+	if n := oteltest.Count(o.Histogram(t, "asynqlock.lock.wait")); n != 2 {
 		t.Errorf("wait samples %d, want 2", n)
 	}
 }
@@ -126,25 +89,16 @@ func TestTelemetryHoldOnlyWhenObtained(t *testing.T) {
 // Holds are recorded in seconds with bounds below a second (the SDK's default bounds, 0, 5,
 // 10, ..., suit milliseconds and would put every hold under 5 s in one bucket).
 func TestTelemetryHoldBucketsInSeconds(t *testing.T) {
-	_, tp, reader, mp := otelRecorders(t)
+	o := oteltest.New(t)
 	e := newEnv(t)
 	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
-		e.lock, taskAccountKey, asynqlock.WithTracerProvider(tp), asynqlock.WithMeterProvider(mp))
+		e.lock, taskAccountKey, asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP))
 	_ = h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{"account_id":"b1"}`)))
-	hist := histogram(t, reader, "asynqlock.lock.hold")
+	hist := o.Histogram(t, "asynqlock.lock.hold")
 	if len(hist.DataPoints) == 0 {
 		t.Fatal("no hold sample")
 	}
 	if b := hist.DataPoints[0].Bounds; len(b) < 2 || b[1] >= 1 {
 		t.Errorf("asynqlock.lock.hold (unit s) bounds %v: every hold under %vs falls in one bucket", b, b[1])
 	}
-}
-
-func spanOutcome(s sdktrace.ReadOnlySpan) string {
-	for _, a := range s.Attributes() {
-		if a.Key == "asynqlock.outcome" {
-			return a.Value.AsString()
-		}
-	}
-	return ""
 }

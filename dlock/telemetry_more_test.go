@@ -8,60 +8,19 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/oteltest"
 )
-
-type otelRecorder struct {
-	spans  *tracetest.SpanRecorder
-	tp     *sdktrace.TracerProvider
-	reader *sdkmetric.ManualReader
-	mp     *sdkmetric.MeterProvider
-}
-
-func newOtelRecorder(t *testing.T) *otelRecorder {
-	o := &otelRecorder{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
-	o.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(o.spans))
-	o.mp = sdkmetric.NewMeterProvider(sdkmetric.WithReader(o.reader))
-	t.Cleanup(func() { _ = o.tp.Shutdown(context.Background()); _ = o.mp.Shutdown(context.Background()) })
-	return o
-}
-
-func (o *otelRecorder) metrics(t *testing.T) map[string]metricdata.Aggregation {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := o.reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]metricdata.Aggregation{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, x := range sm.Metrics {
-			m[x.Name] = x.Data
-		}
-	}
-	return m
-}
-
-func sumInt64(a metricdata.Aggregation) int64 {
-	s, _ := a.(metricdata.Sum[int64])
-	var n int64
-	for _, dp := range s.DataPoints {
-		n += dp.Value
-	}
-	return n
-}
 
 // A wait that ends because Redis did not answer is a store failure: Acquire returns an error
 // matching ErrUnavailable (not ErrNotObtained). The dlock.acquire span must then say so
 // (outcome error, codes.Error), not "timeout" with an unset status.
 func TestTelemetryWaitOnSilentStoreIsError(t *testing.T) {
-	o := newOtelRecorder(t)
+	o := oteltest.New(t)
 	srv, rdb, _ := setup(t)
-	c := newClient(t, rdb, dlock.WithTracerProvider(o.tp), dlock.WithMeterProvider(o.mp))
+	c := newClient(t, rdb, dlock.WithTracerProvider(o.TP), dlock.WithMeterProvider(o.MP))
 	ctx := testContext(t, 10*time.Second)
 	if err := srv.Pause(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
@@ -72,7 +31,7 @@ func TestTelemetryWaitOnSilentStoreIsError(t *testing.T) {
 	if !errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("precondition: err = %v, want ErrUnavailable and not ErrNotObtained", err)
 	}
-	ended := o.spans.Ended()
+	ended := o.Spans.Ended()
 	if len(ended) != 1 {
 		t.Fatalf("%d spans", len(ended))
 	}
@@ -88,9 +47,9 @@ func TestTelemetryWaitOnSilentStoreIsError(t *testing.T) {
 // Waits are recorded in seconds, with bounds that tell a lock taken at once from a 400 ms
 // wait (the SDK's default bounds, 0, 5, 10, ..., suit milliseconds).
 func TestTelemetryWaitBucketsInSeconds(t *testing.T) {
-	o := newOtelRecorder(t)
+	o := oteltest.New(t)
 	_, rdb, _ := setup(t)
-	c := newClient(t, rdb, dlock.WithMeterProvider(o.mp), dlock.WithTracerProvider(o.tp))
+	c := newClient(t, rdb, dlock.WithMeterProvider(o.MP), dlock.WithTracerProvider(o.TP))
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
 	lk, err := c.Acquire(ctx, key) // uncontended: well under a millisecond or so
@@ -102,7 +61,7 @@ func TestTelemetryWaitBucketsInSeconds(t *testing.T) {
 	cancel()
 	_ = lk.Release(ctx)
 
-	h, ok := o.metrics(t)["dlock.acquire.wait"].(metricdata.Histogram[float64])
+	h, ok := o.Metrics(t)["dlock.acquire.wait"].(metricdata.Histogram[float64])
 	if !ok {
 		t.Fatal("no dlock.acquire.wait histogram")
 	}
@@ -138,9 +97,9 @@ func TestTelemetryWaitBucketsInSeconds(t *testing.T) {
 // dlock.locks.renewed counts leases renewed in Redis: a renewal that found the lock gone ends
 // the lease as lost and is not counted.
 func TestTelemetryRenewedCountsOnlyRenewals(t *testing.T) {
-	o := newOtelRecorder(t)
+	o := oteltest.New(t)
 	_, rdb, _ := setup(t)
-	c := newClient(t, rdb, dlock.WithMeterProvider(o.mp), dlock.WithTracerProvider(o.tp), dlock.WithLease(300*time.Millisecond))
+	c := newClient(t, rdb, dlock.WithMeterProvider(o.MP), dlock.WithTracerProvider(o.TP), dlock.WithLease(300*time.Millisecond))
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
 	lk, err := c.Acquire(ctx, key)
@@ -155,7 +114,7 @@ func TestTelemetryRenewedCountsOnlyRenewals(t *testing.T) {
 			t.Fatal("no renewal counted while the lock was held")
 		case <-time.After(20 * time.Millisecond):
 		}
-		before = sumInt64(o.metrics(t)["dlock.locks.renewed"])
+		before = oteltest.Sum(o.Metrics(t)["dlock.locks.renewed"])
 	}
 	if err := rdb.Del(ctx, lockKeyOf(t, rdb, key)).Err(); err != nil {
 		t.Fatal(err)
@@ -164,17 +123,17 @@ func TestTelemetryRenewedCountsOnlyRenewals(t *testing.T) {
 	if !errors.Is(lk.Err(), dlock.ErrLockLost) {
 		t.Fatalf("lock ended with %v", lk.Err())
 	}
-	m := o.metrics(t)
-	if r, l := sumInt64(m["dlock.locks.renewed"]), sumInt64(m["dlock.locks.lost"]); r != before || l != 1 {
+	m := o.Metrics(t)
+	if r, l := oteltest.Sum(m["dlock.locks.renewed"]), oteltest.Sum(m["dlock.locks.lost"]); r != before || l != 1 {
 		t.Errorf("dlock.locks.renewed = %d (%d before the loss), dlock.locks.lost = %d: the renewal that found the lock gone must count as lost only", r, before, l)
 	}
 }
 
 // Re-entry and a repeated release count one held lease once, and re-entry has no span.
 func TestTelemetryHeldCountsLeaseOnce(t *testing.T) {
-	o := newOtelRecorder(t)
+	o := oteltest.New(t)
 	_, rdb, _ := setup(t)
-	c := newClient(t, rdb, dlock.WithMeterProvider(o.mp), dlock.WithTracerProvider(o.tp))
+	c := newClient(t, rdb, dlock.WithMeterProvider(o.MP), dlock.WithTracerProvider(o.TP))
 	ctx := testContext(t, 10*time.Second)
 	key := "user@example.com:" + uniqueKey(t)
 	outer, err := c.Acquire(ctx, key)
@@ -185,20 +144,20 @@ func TestTelemetryHeldCountsLeaseOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := sumInt64(o.metrics(t)["dlock.locks.held"]); n != 1 {
+	if n := oteltest.Sum(o.Metrics(t)["dlock.locks.held"]); n != 1 {
 		t.Errorf("held with a re-entry = %d, want 1", n)
 	}
 	_ = inner.Release(ctx)
 	_ = inner.Release(ctx)
 	_ = outer.Release(ctx)
 	_ = outer.Release(ctx)
-	if n := sumInt64(o.metrics(t)["dlock.locks.held"]); n != 0 {
+	if n := oteltest.Sum(o.Metrics(t)["dlock.locks.held"]); n != 0 {
 		t.Errorf("held after releases = %d, want 0", n)
 	}
-	if n := len(o.spans.Ended()); n != 1 {
+	if n := len(o.Spans.Ended()); n != 1 {
 		t.Errorf("%d dlock.acquire spans, want 1 (re-entry has none)", n)
 	}
-	for _, s := range o.spans.Ended() {
+	for _, s := range o.Spans.Ended() {
 		for _, a := range s.Attributes() {
 			if a.Value.Type() == attribute.STRING && len(a.Value.AsString()) > 0 && a.Value.AsString() == key {
 				t.Errorf("raw key in %s", a.Key)

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/oteltest"
 )
 
 // A wait on a busy lock whose deadline passes while its look has been in flight for ~50 ms
@@ -18,10 +19,10 @@ import (
 // is the wait running out (ErrNotObtained, outcome timeout), not a store failure, which
 // takes a look unanswered for 100 ms.
 func TestShortLookAtDeadlineIsNotStoreFailure(t *testing.T) {
-	o := newOtelRecorder(t)
+	o := oteltest.New(t)
 	srv, _, other := setup(t)
 	rdb := srv.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })
-	c := newClient(t, rdb, dlock.WithTracerProvider(o.tp), dlock.WithMeterProvider(o.mp))
+	c := newClient(t, rdb, dlock.WithTracerProvider(o.TP), dlock.WithMeterProvider(o.MP))
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
 	held, err := other.Acquire(ctx, key)
@@ -41,7 +42,7 @@ func TestShortLookAtDeadlineIsNotStoreFailure(t *testing.T) {
 	cancel()
 	time.Sleep(300 * time.Millisecond)
 	var out string
-	for _, s := range o.spans.Ended() {
+	for _, s := range o.Spans.Ended() {
 		set := attribute.NewSet(s.Attributes()...)
 		v, _ := set.Value("dlock.outcome")
 		out = v.AsString()

@@ -9,40 +9,23 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/ginlock"
+	"github.com/lockguard/lockguard/internal/oteltest"
 	"github.com/lockguard/lockguard/keyfunc"
 )
-
-func otelRecorders(t *testing.T) (*tracetest.SpanRecorder, *sdktrace.TracerProvider, *sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
-	return rec, tp, reader, mp
-}
-
-func spanAttr(s sdktrace.ReadOnlySpan, k attribute.Key) string {
-	set := attribute.NewSet(s.Attributes()...)
-	v, _ := set.Value(k)
-	return v.AsString()
-}
 
 // Redis paused while a request waits: ginlock answers 503 and marks ginlock.lock as failed,
 // and its child dlock.acquire agrees (outcome error, not a timeout on a busy lock).
 func TestTelemetrySilentStoreFailsBothSpans(t *testing.T) {
-	rec, tp, _, mp := otelRecorders(t)
-	e := setup(t, dlock.WithTracerProvider(tp), dlock.WithMeterProvider(mp))
+	o := oteltest.New(t)
+	e := setup(t, dlock.WithTracerProvider(o.TP), dlock.WithMeterProvider(o.MP))
 	r := router()
 	r.POST("/accounts/:id", ginlock.New(e.locks, accountKey, ginlock.WithWait(500*time.Millisecond),
-		ginlock.WithTracerProvider(tp), ginlock.WithMeterProvider(mp)), func(c *gin.Context) { c.Status(http.StatusOK) })
+		ginlock.WithTracerProvider(o.TP), ginlock.WithMeterProvider(o.MP)), func(c *gin.Context) { c.Status(http.StatusOK) })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := e.srv.Pause(ctx, 2*time.Second); err != nil {
@@ -53,7 +36,7 @@ func TestTelemetrySilentStoreFailsBothSpans(t *testing.T) {
 		t.Fatalf("precondition: status %d, want 503", w.Code)
 	}
 	var gin_, dl sdktrace.ReadOnlySpan
-	for _, s := range rec.Ended() {
+	for _, s := range o.Spans.Ended() {
 		switch s.Name() {
 		case "ginlock.lock":
 			gin_ = s
@@ -65,34 +48,34 @@ func TestTelemetrySilentStoreFailsBothSpans(t *testing.T) {
 		t.Fatalf("spans missing: %v %v", gin_, dl)
 	}
 	t.Logf("ginlock.lock: outcome=%s status=%v; dlock.acquire: outcome=%s status=%v",
-		spanAttr(gin_, "ginlock.outcome"), gin_.Status().Code, spanAttr(dl, "dlock.outcome"), dl.Status().Code)
-	if gin_.Status().Code != codes.Error || dl.Status().Code != codes.Error || spanAttr(dl, "dlock.outcome") != dlock.OutcomeError {
+		oteltest.Attr(gin_, "ginlock.outcome"), gin_.Status().Code, oteltest.Attr(dl, "dlock.outcome"), dl.Status().Code)
+	if gin_.Status().Code != codes.Error || dl.Status().Code != codes.Error || oteltest.Attr(dl, "dlock.outcome") != dlock.OutcomeError {
 		t.Errorf("store unavailable (503): ginlock.lock status %v, dlock.acquire outcome %q status %v; want both failed",
-			gin_.Status().Code, spanAttr(dl, "dlock.outcome"), dl.Status().Code)
+			gin_.Status().Code, oteltest.Attr(dl, "dlock.outcome"), dl.Status().Code)
 	}
 }
 
 // A keyfunc.From function that fails is a 500: a ginlock.lock span marks the failure, without
 // a key hash and without the function's error text (it may hold request data).
 func TestTelemetryKeyFuncErrorSpan(t *testing.T) {
-	rec, tp, _, mp := otelRecorders(t)
+	o := oteltest.New(t)
 	e := setup(t)
 	key := keyfunc.Join(keyfunc.From("acct", func(keyfunc.Source) (string, error) { return "", errors.New("db down") }))
 	r := router()
-	r.POST("/x", ginlock.New(e.locks, key, ginlock.WithTracerProvider(tp), ginlock.WithMeterProvider(mp)),
+	r.POST("/x", ginlock.New(e.locks, key, ginlock.WithTracerProvider(o.TP), ginlock.WithMeterProvider(o.MP)),
 		func(c *gin.Context) { c.Status(http.StatusOK) })
 	if w := do(r, req{path: "/x"}); w.Code != http.StatusInternalServerError {
 		t.Fatalf("precondition: %d", w.Code)
 	}
-	ended := rec.Ended()
+	ended := o.Spans.Ended()
 	if len(ended) != 1 || ended[0].Name() != "ginlock.lock" {
 		t.Fatalf("%d spans ended, want one ginlock.lock", len(ended))
 	}
 	s := ended[0]
-	if s.Status().Code != codes.Error || spanAttr(s, "ginlock.outcome") != ginlock.OutcomeError {
-		t.Errorf("span status %v, outcome %q; want codes.Error, %q", s.Status().Code, spanAttr(s, "ginlock.outcome"), ginlock.OutcomeError)
+	if s.Status().Code != codes.Error || oteltest.Attr(s, "ginlock.outcome") != ginlock.OutcomeError {
+		t.Errorf("span status %v, outcome %q; want codes.Error, %q", s.Status().Code, oteltest.Attr(s, "ginlock.outcome"), ginlock.OutcomeError)
 	}
-	if spanAttr(s, "ginlock.key_hash") != "" {
+	if oteltest.Attr(s, "ginlock.key_hash") != "" {
 		t.Error("a span without a key has a key hash")
 	}
 	if strings.Contains(s.Status().Description, "db down") {
