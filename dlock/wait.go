@@ -182,11 +182,11 @@ const storeSilence = 100 * time.Millisecond
 
 // lookErr is the error of a wait for key whose look at the lock, sent at sent, failed with
 // err. When ctx ended, the wait ran out (ErrNotObtained and the context's error), unless the
-// store is what failed: the look failed with an error of its own, or went unanswered for
-// storeSilence while no other call of this Client got an answer either (Redis paused,
-// partitioned, a dial that hangs; not merely a busy connection pool) and a probe sent then
-// went unanswered for storeSilence too. The error then matches err (so ErrUnavailable) and
-// the context's error, not ErrNotObtained.
+// store is what failed: the look failed with an error of its own, or it went unanswered for
+// storeSilence (Redis paused, partitioned, a dial that hangs) with no sign of a merely busy
+// client (on a single server, another call of this Client answered meanwhile; see
+// answeredSince), and a probe sent then went unanswered for storeSilence too. The error then
+// matches err (so ErrUnavailable) and the context's error, not ErrNotObtained.
 //
 // The probe is for a process that stalled (GC, CPU starved) past the wait's deadline: it
 // cannot have read the answers waiting in its sockets, and must not blame the store for it.
