@@ -24,7 +24,9 @@ type backend interface {
 	release(ctx context.Context, r releaseRequest) (releaseResult, error)
 	// leave takes a waiter out of line; a lock handed to it meanwhile is passed on.
 	leave(ctx context.Context, r acquireRequest) (handOff, error)
-	// renew extends each lease still owned by its owner; ok[i] reports which.
+	// renew extends each lease still owned by its owner; ok[i] reports which. When only some
+	// of its calls failed (a node of several that did not answer), err is a
+	// *partialRenewError and ok holds the answers of the others.
 	renew(ctx context.Context, rs []renewal) (ok []bool, err error)
 	// confirm makes a handed-off lock durable before its waiter uses it: extend it to ttl and,
 	// if the store replicates, wait for the replicas the Client asks for. ok false: not owner.
@@ -132,6 +134,26 @@ type handOff struct {
 type renewal struct {
 	key, owner string
 	ttl        time.Duration
+}
+
+// partialRenewError is renew's error when some renewals have an unknown outcome (failed[i])
+// and the others were answered.
+type partialRenewError struct {
+	failed []bool
+	err    error
+}
+
+func (e *partialRenewError) Error() string { return e.err.Error() }
+func (e *partialRenewError) Unwrap() error { return e.err }
+
+// renewFailed reports whether renewal i of a renew call that returned err has an unknown
+// outcome: all of them when err is not a *partialRenewError.
+func renewFailed(err error, i int) bool {
+	var part *partialRenewError
+	if errors.As(err, &part) {
+		return part.failed[i]
+	}
+	return err != nil
 }
 
 // notice is what a listener receives: token > 0 means the lock was handed to the waiter with

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -357,16 +358,61 @@ func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, er
 	return handOff{}, nil
 }
 
-// renew sends one script call per chunk of keys (per hash slot on a Cluster), all pipelined:
-// one round trip per node for any number of locks.
+// renew sends one script call per chunk of keys (per hash slot on a Cluster), pipelined: one
+// round trip per node for any number of locks. On a Cluster each node gets a pipeline of its
+// own, sent in parallel, so a node that does not answer fails only the renewals of its own
+// locks (a *partialRenewError); the locks of the other nodes are renewed.
 func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) {
-	type batch struct {
-		idx  []int
-		keys []string
-		args []any
+	groups := b.renewGroups(ctx, rs)
+	ok := make([]bool, len(rs))
+	errs := make([]error, len(groups))
+	if len(groups) == 1 {
+		errs[0] = b.renewGroup(ctx, groups[0], ok)
+	} else {
+		var wg sync.WaitGroup
+		for i, g := range groups {
+			wg.Go(func() { errs[i] = b.renewGroup(ctx, g, ok) })
+		}
+		wg.Wait()
 	}
-	var batches []*batch
-	bySlot := map[int]*batch{}
+	var failed []bool
+	var first error
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if first == nil {
+			first, failed = err, make([]bool, len(rs))
+		}
+		for _, bt := range groups[i] {
+			for _, j := range bt.idx {
+				failed[j] = true
+			}
+		}
+	}
+	switch {
+	case first == nil:
+		return ok, nil
+	case !slices.Contains(failed, false):
+		return nil, unavailable("renew", first)
+	}
+	return ok, &partialRenewError{failed: failed, err: unavailable("renew", first)}
+}
+
+// renewBatch is one renew script call: the lock keys of one slot (at most renewChunk), with
+// the positions of their renewals.
+type renewBatch struct {
+	idx  []int
+	keys []string
+	args []any
+}
+
+// renewGroups splits rs into script calls, grouped by the node that serves them: one group on
+// a single server; on a Cluster, one per master as the client's cluster state has it (calls
+// whose node is unknown form a group of their own; go-redis routes every call anyway).
+func (b *redisBackend) renewGroups(ctx context.Context, rs []renewal) [][]*renewBatch {
+	var batches []*renewBatch
+	bySlot := map[int]*renewBatch{}
 	for i, r := range rs {
 		keys, _ := b.keys(r.key)
 		slot := 0
@@ -375,7 +421,7 @@ func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) 
 		}
 		bt := bySlot[slot]
 		if bt == nil || len(bt.keys) >= renewChunk {
-			bt = &batch{}
+			bt = &renewBatch{}
 			bySlot[slot] = bt
 			batches = append(batches, bt)
 		}
@@ -383,7 +429,32 @@ func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) 
 		bt.keys = append(bt.keys, keys[0])
 		bt.args = append(bt.args, r.owner, ms(r.ttl))
 	}
-	ok := make([]bool, len(rs))
+	cc, ok := b.rdb.(*redis.ClusterClient)
+	if !ok {
+		return [][]*renewBatch{batches}
+	}
+	var groups [][]*renewBatch
+	byNode := map[string]int{}
+	for _, bt := range batches {
+		addr := ""
+		if node, err := cc.MasterForKey(ctx, bt.keys[0]); err == nil {
+			addr = node.Options().Addr
+		}
+		g, seen := byNode[addr]
+		if !seen {
+			g = len(groups)
+			byNode[addr] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], bt)
+	}
+	return groups
+}
+
+// renewGroup sends batches in one pipeline and, once every call was answered, sets ok for
+// their renewals. A call given up by its context may still finish: it writes nothing then.
+func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok []bool) error {
+	var vals [][]int64
 	err := b.call(ctx, func(ctx context.Context) error {
 		cmds, err := b.pipeline(ctx, len(batches), func(p redis.Pipeliner, i int, useEval bool) *redis.Cmd {
 			if useEval {
@@ -394,23 +465,26 @@ func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) 
 		if err != nil {
 			return err
 		}
+		got := make([][]int64, len(cmds))
 		for i, cmd := range cmds {
-			vals, err := cmd.Int64Slice()
-			if err != nil {
+			if got[i], err = cmd.Int64Slice(); err != nil {
 				return err
 			}
-			for j, v := range vals {
-				if j < len(batches[i].idx) {
-					ok[batches[i].idx[j]] = v == 1
-				}
-			}
 		}
+		vals = got
 		return nil
 	})
 	if err != nil {
-		return nil, unavailable("renew", err)
+		return err
 	}
-	return ok, nil
+	for i, bt := range batches {
+		for j, v := range vals[i] {
+			if j < len(bt.idx) {
+				ok[bt.idx[j]] = v == 1
+			}
+		}
+	}
+	return nil
 }
 
 // isNoScript reports whether the server did not know a script by its SHA (after a restart or

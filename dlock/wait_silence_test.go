@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -58,21 +57,8 @@ func clusterSilentNode(t *testing.T, traffic bool) {
 	c := newClient(t, rdb)
 	ctx := testContext(t, 30*time.Second)
 
-	var silentKey, otherKey string
-	var silent *redistest.Server
-	for i := 0; silentKey == "" || otherKey == ""; i++ {
-		k := fmt.Sprintf("%s-%d", uniqueKey(t), i)
-		m, err := cl.MasterOf(ctx, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch {
-		case silent == nil:
-			silent, silentKey = m, k
-		case m != silent && otherKey == "":
-			otherKey = k
-		}
-	}
+	masters, keys := keyPerMaster(t, ctx, cl)
+	silent, silentKey, otherKey := masters[0], keys[0], keys[1]
 	for _, k := range []string{silentKey, otherKey} { // cluster state, scripts, connections
 		lk, err := c.TryAcquire(ctx, k)
 		if err != nil {

@@ -230,13 +230,17 @@ func (w *watchdog) renew(due []*lease) {
 	}()
 	sent := time.Now()
 	ok, err := w.c.be.renew(ctx, rs)
-	renewed := 0
+	renewed, failed := 0, 0
 	for i, l := range due {
 		l.mu.Lock()
 		releasing := l.holds == 0
 		l.mu.Unlock()
+		unknown := renewFailed(err, i)
+		if unknown {
+			failed++
+		}
 		switch {
-		case releasing, err != nil:
+		case releasing, unknown:
 			// Releasing: its release takes it out, or, if a hold turns out to be left after
 			// all, renews it later. Failed: if no renewal gets through, the local expiry ends
 			// the lease before Redis can hand the lock to someone else.
@@ -259,7 +263,7 @@ func (w *watchdog) renew(due []*lease) {
 	}
 	w.c.tel.renewed(renewed)
 	if err != nil {
-		w.c.log.Warn("dlock: renewal failed; retrying", "locks", len(rs), "err", err)
+		w.c.log.Warn("dlock: renewal failed; retrying", "locks_failed", failed, "locks", len(rs), "err", err)
 	}
 }
 
