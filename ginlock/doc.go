@@ -62,7 +62,7 @@
 //   - The stored response is what the handler chain after the middleware wrote. A response
 //     written by middleware placed before ginlock, after the chain returned, is not seen.
 //   - A lost lock is detected by dlock's watchdog, not instantly; work that must not
-//     overlap a successor should pass the fencing token (FromContext(c).Token()) to the
+//     overlap a successor should pass the fencing token (the Token of the lock FromContext returns) to the
 //     resource it writes.
 //   - When storing the response fails (Redis down or stalled for about a read timeout after
 //     the handler ran) the lock expires at the end of its lease and a retry runs the handler

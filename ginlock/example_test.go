@@ -48,8 +48,8 @@ func ExampleNew_account() {
 	r := gin.New()
 	accounts := r.Group("/accounts/:id", lockAccount)
 	accounts.POST("/withdraw", func(c *gin.Context) {
-		token := ginlock.FromContext(c).Token()
-		_ = token // e.g. UPDATE accounts SET balance = balance - ?, fence = ? WHERE id = ? AND fence < ?
+		lk, _ := ginlock.FromContext(c)
+		_ = lk.Token() // e.g. UPDATE accounts SET balance = balance - ?, fence = ? WHERE id = ? AND fence < ?
 		c.Status(http.StatusNoContent)
 	})
 	_ = r.Run(":8080")

@@ -30,7 +30,7 @@ func FuzzMiddleware(f *testing.F) {
 	e := setup(f)
 	var lastKey string // the key of the request being served; inputs run one at a time
 	handler := func(c *gin.Context) {
-		if lk := ginlock.FromContext(c); lk != nil {
+		if lk, ok := ginlock.FromContext(c); ok {
 			lastKey = lk.Key()
 		}
 		c.JSON(http.StatusOK, gin.H{"ok": true})

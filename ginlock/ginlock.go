@@ -90,12 +90,13 @@ type lockKey struct{}
 type rejectedKey struct{}
 
 // FromContext returns the lock the innermost ginlock middleware holds for the current request,
-// for its fencing token (dlock.Lock.Token) or key. It is nil outside the handler chain of a
-// locked request (skipped, fail-open, or after the middleware returned).
-func FromContext(c *gin.Context) *dlock.Lock {
+// for its fencing token (dlock.Lock.Token) or key, as dlock.FromContext and
+// asynqlock.FromContext do for a context. ok is false outside the handler chain of a locked
+// request (skipped, fail-open, or after the middleware returned).
+func FromContext(c *gin.Context) (lk *dlock.Lock, ok bool) {
 	v, _ := c.Get(lockKey{})
-	lk, _ := v.(*dlock.Lock)
-	return lk
+	lk, _ = v.(*dlock.Lock)
+	return lk, lk != nil
 }
 
 func (m *middleware) handle(c *gin.Context) {
@@ -229,7 +230,7 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 		rec = newRecorder(origWriter, m.headers, m.cfg.maxReplayBody)
 		c.Writer = rec
 	}
-	outer := FromContext(c) // a lock of an enclosing ginlock, if any
+	outer, _ := FromContext(c) // a lock of an enclosing ginlock, if any
 	c.Set(lockKey{}, lock)
 	c.Request = c.Request.WithContext(dlock.WithLock(origCtx, lock))
 
