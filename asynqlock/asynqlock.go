@@ -91,10 +91,16 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 
 	src := newSource(ctx, task, m.cfg.maxPayload)
 	key, kerr := m.key.Key(src)
-	if kerr != nil {
+	if kerr != nil && keyfunc.IsInputError(kerr) {
 		err = fmt.Errorf("asynqlock: task %q not run, its lock key cannot be derived: %w: %w", task.Type(), kerr, asynq.SkipRetry)
 		span.waited(OutcomeInvalid)
 		span.end(OutcomeInvalid, err)
+		return err
+	}
+	if kerr != nil { // a From function's own failure: a retry may succeed
+		err = fmt.Errorf("asynqlock: task %q not run, deriving its lock key failed: %w", task.Type(), kerr)
+		span.waited(OutcomeError)
+		span.end(OutcomeError, err)
 		return err
 	}
 	span.key(key)

@@ -22,7 +22,8 @@
 // errors.As(err, new(*asynqlock.ErrLocked)) if it alerts.
 //
 // Per task the middleware derives the key (a payload that is not JSON or lacks a required
-// field is archived with asynq.SkipRetry: retrying cannot fix it), takes the lock without
+// field is archived with asynq.SkipRetry: retrying cannot fix it; a keyfunc.From function's
+// own error is returned for asynq to retry, see keyfunc.IsInputError), takes the lock without
 // waiting (WithWait to queue for it), and runs the handler with a context that carries the
 // lock and is cancelled if the lease is lost. A busy lock returns an *ErrLocked carrying
 // RetryIn, or asynq.SkipRetry / asynq.RevokeTask with WithBusy; a wait ends before the

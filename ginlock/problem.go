@@ -103,9 +103,7 @@ func keyStatus(err error) int {
 	switch {
 	case errors.Is(err, keyfunc.ErrBodyTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, keyfunc.ErrMissing), errors.Is(err, keyfunc.ErrInvalid),
-		errors.Is(err, keyfunc.ErrTooLong), errors.Is(err, keyfunc.ErrMalformedBody),
-		errors.As(err, &unread):
+	case keyfunc.IsInputError(err), errors.As(err, &unread):
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError

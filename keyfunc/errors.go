@@ -25,6 +25,21 @@ var (
 	ErrTemplate = errors.New("keyfunc: bad template")
 )
 
+// IsInputError reports whether err, from Func.Key, is the fault of the request or task
+// itself: it wraps ErrMissing, ErrInvalid, ErrTooLong, ErrMalformedBody or ErrBodyTooLarge,
+// so the same input fails the same way again. Anything else (the error of a From function, a
+// body that could not be read) may pass on a retry. An HTTP adapter answers the first kind
+// with 400 (413 for ErrBodyTooLarge) and the other with a server error; a task adapter
+// archives the first kind and retries the other.
+func IsInputError(err error) bool {
+	for _, s := range [...]error{ErrMissing, ErrInvalid, ErrTooLong, ErrMalformedBody, ErrBodyTooLarge} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // PartError reports which part of a key could not be derived. Part is the part's name
 // (see Part.Named); Err wraps one of the sentinel errors above, or the error of a From
 // function or of Source.Body.

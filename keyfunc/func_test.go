@@ -226,3 +226,31 @@ func TestRequiredParams(t *testing.T) {
 		t.Fatalf("no Param parts: %q", got)
 	}
 }
+
+func TestIsInputError(t *testing.T) {
+	src := &MapSource{}
+	_, missing := Join(Header("X-Account")).Key(src)
+	errLookup := errors.New("lookup: connection refused")
+	_, lookup := Join(From("tenant", func(Source) (string, error) { return "", errLookup })).Key(src)
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"missing header", missing, true},
+		{"From error", lookup, false},
+		{"wrapped ErrTooLong", fmt.Errorf("x: %w", ErrTooLong), true},
+		{"body too large", &PartError{Part: "b", Err: ErrBodyTooLarge}, true},
+		{"malformed body", ErrMalformedBody, true},
+		{"invalid", ErrInvalid, true},
+		{"template", ErrTemplate, false},
+		{"nil", nil, false},
+	} {
+		if got := IsInputError(tc.err); got != tc.want {
+			t.Errorf("%s: IsInputError(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+	if !errors.Is(lookup, errLookup) {
+		t.Fatalf("From error not wrapped: %v", lookup)
+	}
+}

@@ -1,0 +1,48 @@
+package asynqlock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/lockguard/lockguard/asynqlock"
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+// A key part computed by keyfunc.From (a tenant looked up in a database, say) that fails for a
+// transient reason is not bad input: the task is retried, by asynq's normal policy, and runs
+// once the lookup works. Only keyfunc's input errors archive a task.
+func TestKeyFuncOwnErrorIsRetried(t *testing.T) {
+	e := newEnv(t)
+	var lookups, runs atomic.Int64
+	errDB := errors.New("tenant lookup: connection refused")
+	tenant := keyfunc.From("tenant", func(keyfunc.Source) (string, error) {
+		if lookups.Add(1) == 1 {
+			return "", errDB // the database blinked once
+		}
+		return "t1", nil
+	})
+	key := keyfunc.Join(keyfunc.Const("tenant"), tenant)
+	cfg := serverConfig(1)
+	cfg.RetryDelayFunc = asynqlock.RetryDelay(func(int, error, *asynq.Task) time.Duration { return time.Second })
+	mux := asynq.NewServeMux()
+	mux.Handle("tenant:sync", asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		runs.Add(1)
+		return nil
+	}), e.lock, key))
+	e.startServer(t, cfg, mux)
+	info := e.enqueue(t, e.client(t), asynq.NewTask("tenant:sync", nil), asynq.MaxRetry(3), asynq.Retention(time.Minute))
+	state, got := finalState(t, e.inspector(t), info, 20*time.Second)
+	if state != "completed" || runs.Load() != 1 {
+		lastErr := ""
+		if got != nil {
+			lastErr = got.LastErr
+		}
+		t.Fatalf("key function failed once with a transient error (MaxRetry 3): task %s after %d lookups, %d runs, LastErr %q; "+
+			"want it retried and completed", state, lookups.Load(), runs.Load(), lastErr)
+	}
+}
