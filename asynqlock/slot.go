@@ -34,7 +34,8 @@ func Slot(period time.Duration) keyfunc.Part { return SlotIn(period, time.UTC) }
 // days, so a daily job at 01:30 local time gets a slot per day across daylight saving
 // changes (UTC days would put two of its runs in one slot once a year, and skip one); a
 // period that divides a day (6 h, 15 min) splits each local day by its wall clock, for the
-// same reason. A day without a midnight (some zones start daylight saving at 00:00) starts
+// same reason; in the hour that clocks going back repeat, slots that start within it (periods
+// of up to that hour) start again in the second pass, whose ticks are runs of their own. A day without a midnight (some zones start daylight saving at 00:00) starts
 // at its first instant. Other periods are the same as Slot's. A nil loc means UTC. It panics
 // if period is not positive.
 func SlotIn(period time.Duration, loc *time.Location) keyfunc.Part {
@@ -88,9 +89,16 @@ func slotStart(t time.Time, period time.Duration, loc *time.Location) time.Time 
 		return t.Truncate(period)
 	case period < day:
 		lt := t.In(loc)
-		wall := time.Duration(lt.Hour())*time.Hour + time.Duration(lt.Minute())*time.Minute +
-			time.Duration(lt.Second())*time.Second + time.Duration(lt.Nanosecond())
+		wall := wallClock(lt)
 		y, m, d := lt.Date()
+		// Counted back from t itself, the start keeps t's UTC offset: in the hour that a
+		// change back to standard time repeats, a tick in the second pass gets a slot of its
+		// own, not the first pass's. When a change lies between the two, the wall clock at
+		// that instant is not the slot's, and the start is found by wall clock instead.
+		start := t.Add(-(wall % period))
+		if st := start.In(loc); wallClock(st) == wall-wall%period && st.Day() == d {
+			return start
+		}
 		return localTime(y, m, d, wall-wall%period, loc)
 	}
 	y, m, d := t.In(loc).Date()
@@ -99,6 +107,12 @@ func slotStart(t time.Time, period time.Duration, loc *time.Location) time.Time 
 	days -= (days%n + n) % n // floored: before year 1 too
 	y, m, d = time.Unix((days-daysToUnixEpoch)*86400, 0).UTC().Date()
 	return localTime(y, m, d, 0, loc)
+}
+
+// wallClock is the time of day t shows on its clock.
+func wallClock(t time.Time) time.Duration {
+	return time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute +
+		time.Duration(t.Second())*time.Second + time.Duration(t.Nanosecond())
 }
 
 // localTime is the instant of wall time wall on day y-m-d in loc. A wall time that day does

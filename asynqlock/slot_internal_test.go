@@ -35,3 +35,60 @@ func TestSlotLeadBeforeBoundary(t *testing.T) {
 		t.Errorf("scheduled at %s: %q, %v; want the slot before the boundary", at, got, err)
 	}
 }
+
+// Over every daylight saving change of 2026 in zones that move by an hour (both
+// hemispheres) or by half an hour (Lord Howe Island), each minute's sub-day slot starts at
+// the latest instant at or before it whose wall clock is a multiple of the period, or, where
+// the clock jumped over such a time, at the first instant after the jump. In the hour repeated
+// when the clocks go back, that is an instant of the same pass: a tick there gets a slot of its
+// own, not one of the first pass that ran already.
+func TestSubDaySlotStartAcrossClockChanges(t *testing.T) {
+	periods := []time.Duration{15 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour}
+	for _, zone := range []string{"America/New_York", "Australia/Sydney", "Australia/Lord_Howe"} {
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, change := range clockChanges(loc, 2026) {
+			for _, period := range periods {
+				for t0 := change.Add(-13 * time.Hour); t0.Before(change.Add(13 * time.Hour)); t0 = t0.Add(time.Minute) {
+					got, want := slotStart(t0, period, loc), bruteSlotStart(t0, period, loc)
+					if !got.Equal(want) {
+						t.Fatalf("%s, period %v, t %s: slot start %s, want %s", zone, period,
+							t0.In(loc).Format(time.RFC3339), got.In(loc).Format(time.RFC3339), want.In(loc).Format(time.RFC3339))
+					}
+				}
+			}
+		}
+	}
+}
+
+// clockChanges returns the instants in year at which loc's UTC offset changes.
+func clockChanges(loc *time.Location, year int) []time.Time {
+	var out []time.Time
+	t := time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC)
+	_, off := t.In(loc).Zone()
+	for end := t.AddDate(1, 0, 0); t.Before(end); t = t.Add(15 * time.Minute) {
+		if _, o := t.In(loc).Zone(); o != off {
+			out, off = append(out, t), o
+		}
+	}
+	return out
+}
+
+// bruteSlotStart walks back from t (a whole minute) minute by minute to the slot's start.
+func bruteSlotStart(t time.Time, period time.Duration, loc *time.Location) time.Time {
+	for s := t; ; s = s.Add(-time.Minute) {
+		w := wallClock(s.In(loc))
+		if w%period == 0 {
+			return s
+		}
+		before := s.Add(-time.Minute).In(loc)
+		prev := wallClock(before)
+		if before.Day() != s.In(loc).Day() || w > prev+time.Minute && w/period != prev/period {
+			// A day that starts after a gap, or a clock that jumped forward over a multiple of
+			// period. (A clock that went back stays in the slot it went back into.)
+			return s
+		}
+	}
+}
