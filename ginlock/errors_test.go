@@ -266,14 +266,22 @@ func TestUndeclaredPathParameter(t *testing.T) {
 	var logs bytes.Buffer
 	var ran atomic.Int32
 	handler := func(c *gin.Context) { ran.Add(1); c.Status(http.StatusOK) }
+	var cause error
 	r.POST("/a/:account_id/w", ginlock.New(e.locks, accountKey,
-		ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))), handler)
+		ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
+		ginlock.WithErrorHandler(func(c *gin.Context, status int, err error) {
+			cause = err
+			ginlock.DefaultErrorHandler(c, status, err)
+		})), handler)
 	w := do(r, req{path: "/a/7/w"})
 	wantProblem(t, w, http.StatusInternalServerError)
+	if !errors.Is(cause, ginlock.ErrUndeclaredParam) || keyfunc.IsInputError(cause) {
+		t.Errorf("error handler got %v; want ginlock.ErrUndeclaredParam, not an input error", cause)
+	}
 	if ran.Load() != 0 {
 		t.Fatal("the handler ran without its lock")
 	}
-	if !strings.Contains(logs.String(), `path parameter \"id\"`) || !strings.Contains(logs.String(), "/a/:account_id/w") {
+	if !strings.Contains(logs.String(), `parameter \"id\"`) || !strings.Contains(logs.String(), "/a/:account_id/w") {
 		t.Errorf("log does not name the parameter and route: %s", logs.String())
 	}
 

@@ -54,8 +54,14 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFun
 		m.lockOpts = append(m.lockOpts, dlock.WithTTL(cfg.ttl))
 	}
 	if m.replay {
-		m.key = key.Scope(keyfunc.Meta(keyfunc.MetaMethod).Named("method"),
-			keyfunc.Meta(keyfunc.MetaRoute).Named("route").Optional())
+		scope := []keyfunc.Part{keyfunc.Meta(keyfunc.MetaMethod).Named("method"),
+			keyfunc.Meta(keyfunc.MetaRoute).Named("route").Optional()}
+		if !m.needsIdemKey {
+			// Without a client key nothing ties two requests together but the key: one to
+			// another path or with another query is another request, not a key reused (422).
+			scope = append(scope, targetPart)
+		}
+		m.key = key.Scope(scope...)
 		m.replayOpts = append(append(m.replayOpts, m.lockOpts...), dlock.SkipCompleted())
 		// A body the chain encoded cannot be read back without its coding (the recorder
 		// leaves out a Content-Encoding set outside the chain, where the body is not encoded).
@@ -112,7 +118,7 @@ func (m *middleware) handle(c *gin.Context) {
 	var err error
 	if param, ok := m.undeclaredParam(c, route); ok {
 		// The route cannot carry what the key needs: the server's mistake, a 500 below.
-		err = fmt.Errorf("ginlock: the key reads path parameter %q, which route %q does not declare", param, route)
+		err = fmt.Errorf("%w: parameter %q, route %q", ErrUndeclaredParam, param, route)
 	} else {
 		key, err = m.key.Key(src)
 	}
@@ -256,7 +262,8 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	if lost := lock.Err(); lost != nil {
 		m.cfg.log.WarnContext(origCtx, "ginlock: lock lost while the handler ran; response not stored",
 			"key_hash", hashKey(lock.Key()), "route", c.FullPath(), "error", lost)
-		if returned && !c.Writer.Written() {
+		// A status of its own (c.Status(201), a redirect) is an answer even without a body.
+		if returned && !c.Writer.Written() && c.Writer.Status() == http.StatusOK {
 			c.Header("Retry-After", retryAfter) // nothing was stored: a retry runs it again
 			m.reject(c, http.StatusConflict, lost)
 		}

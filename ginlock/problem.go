@@ -29,6 +29,12 @@ var (
 	// is dlock.ErrNotObtained alone: the resource is busy with another request.
 	ErrKeyInProgress = fmt.Errorf("ginlock: a request with the same Idempotency-Key is in progress: %w", dlock.ErrNotObtained)
 
+	// ErrUndeclaredParam is the cause of a 500 when the key reads a path parameter that the
+	// matched route does not declare (Param("id") on "/a/:account_id"): the server's mistake,
+	// not the request's, so it is not a *keyfunc.PartError. Its text names the parameter and
+	// the route.
+	ErrUndeclaredParam = errors.New("ginlock: the key reads a path parameter the route does not declare")
+
 	// ErrBadRecord is the cause of a 500 when a stored response cannot be decoded (written by
 	// an incompatible version, or not by this package).
 	ErrBadRecord = errors.New("ginlock: unreadable replay record")

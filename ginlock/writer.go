@@ -109,7 +109,9 @@ func (w *recorder) clientGone() { w.gone = true }
 // stream, c.DataFromReader, c.File): the body is complete when it has its Content-Length, or,
 // without one, when the handler wrote it in a single call (c.JSON, c.String, c.Data), which
 // was kept whole, unless it flushed with its client gone: a stream's first chunk is one
-// write too.
+// write too. An answer without a body and with a status of its own (201 with a Location, a
+// 303 after a POST, a 204) is complete: nothing was cut short. An empty 200 is not taken
+// for one then: it is also what a stream that stopped before its first chunk leaves.
 func (w *recorder) complete() bool {
 	if !w.writeFailed && !w.gone {
 		return true
@@ -117,6 +119,9 @@ func (w *recorder) complete() bool {
 	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" {
 		n, err := strconv.Atoi(cl)
 		return err == nil && n == len(w.body)
+	}
+	if w.writes == 0 && !w.flushed {
+		return w.ResponseWriter.Status() != http.StatusOK
 	}
 	return w.writes == 1 && !(w.gone && w.flushed)
 }
