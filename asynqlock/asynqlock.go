@@ -167,7 +167,7 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 		return lk, OutcomeObtained, nil
 	case errors.As(err, &ce):
 		m.log.DebugContext(ctx, "asynqlock: task already done, acknowledged without running",
-			"task_type", task.Type(), "key_hash", hashKey(key), "done_by", string(ce.Record))
+			"task_type", task.Type(), "key_hash", dlock.KeyHash(key), "done_by", string(ce.Record))
 		return nil, OutcomeReplayed, nil
 	case errors.Is(err, dlock.ErrNotObtained):
 		locked := &ErrLocked{Key: key, RetryIn: m.cfg.retryIn}
@@ -186,7 +186,7 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 // finish releases the lock after the handler returned herr, or records the done marker.
 func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Lock, herr error, span *taskSpan) error {
 	rctx := context.WithoutCancel(ctx) // dlock bounds a release whose context cannot end
-	keyHash := hashKey(lk.Key())
+	keyHash := dlock.KeyHash(lk.Key())
 
 	if lost := lk.Err(); errors.Is(lost, dlock.ErrLockLost) {
 		_ = lk.Release(rctx) // reports the same loss; nothing is left to free

@@ -1,8 +1,6 @@
 package asynqlock
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -23,7 +21,7 @@ type ErrLocked struct {
 
 // Error implements error.
 func (e *ErrLocked) Error() string {
-	return fmt.Sprintf("asynqlock: lock %s busy, retry in %s", hashKey(e.Key), e.RetryIn)
+	return fmt.Sprintf("asynqlock: lock %s busy, retry in %s", dlock.KeyHash(e.Key), e.RetryIn)
 }
 
 // Unwrap returns dlock.ErrNotObtained.
@@ -56,11 +54,4 @@ func RetryDelay(fallback asynq.RetryDelayFunc) asynq.RetryDelayFunc {
 		}
 		return fallback(n, err, t)
 	}
-}
-
-// hashKey is the key as it appears in errors, logs and telemetry: keys may hold user data.
-// It is the same short hash dlock uses, so the two can be matched.
-func hashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:8])
 }

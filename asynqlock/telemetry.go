@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockguard/lockguard/dlock"
 )
 
 // ScopeName is the instrumentation scope of the package's tracer and meter.
@@ -103,7 +105,7 @@ func (t *telemetry) start(ctx context.Context, taskType string) (context.Context
 
 func (s *taskSpan) key(key string) {
 	if s.span.IsRecording() {
-		s.span.SetAttributes(attribute.String("asynqlock.key_hash", hashKey(key)))
+		s.span.SetAttributes(attribute.String("asynqlock.key_hash", dlock.KeyHash(key)))
 	}
 }
 

@@ -52,7 +52,7 @@ type CompletedError struct {
 // Error implements error. It names the key by its hash, as telemetry does: keys may hold
 // user data, and error texts end up in logs.
 func (e *CompletedError) Error() string {
-	return "dlock: already completed (key hash " + hashKey(e.Key) + ")"
+	return "dlock: already completed (key hash " + KeyHash(e.Key) + ")"
 }
 
 // Is reports whether target is ErrCompleted.

@@ -155,3 +155,10 @@ func ExampleLock_Token() {
 	fmt.Println(b.Token() > ta)
 	// Output: true
 }
+
+// Spans, logs and error texts name a lock by the hash of its key, never the key itself:
+// compute it to find one lock's events.
+func ExampleKeyHash() {
+	fmt.Println(dlock.KeyHash("account:42"))
+	// Output: 38dbcc9b3c91186a
+}

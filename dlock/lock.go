@@ -131,7 +131,7 @@ func (l *lease) end(cause error) bool {
 	// Count and log first, so whoever Done wakes sees both.
 	l.c.tel.ended(l, cause)
 	if errors.Is(cause, ErrLockLost) {
-		l.c.log.Warn("dlock: lock lost", "key_hash", hashKey(l.key), "token", l.token, "cause", cause)
+		l.c.log.Warn("dlock: lock lost", "key_hash", KeyHash(l.key), "token", l.token, "cause", cause)
 	}
 	l.cancel(cause)
 	for _, b := range bound {

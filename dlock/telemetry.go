@@ -71,8 +71,10 @@ func newTelemetry(cfg *config) *telemetry {
 // (0, 5, 10, 25, ...) suit milliseconds and would put every wait under 5 s in one bucket.
 var waitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-// hashKey is the key as it appears in telemetry and logs: keys may hold user data.
-func hashKey(key string) string {
+// KeyHash is a lock key as dlock, ginlock and asynqlock show it in spans, logs and error
+// texts, which never hold the raw key (keys may hold user data): the first 8 bytes of its
+// SHA-256, in hex. Compute it to find a key's lock in those.
+func KeyHash(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:8])
 }
@@ -88,7 +90,7 @@ type acquireSpan struct {
 func (t *telemetry) startAcquire(ctx context.Context, key string, wait bool) (context.Context, acquireSpan) {
 	ctx, span := t.tracer.Start(ctx, "dlock.acquire", spanInternal)
 	if span.IsRecording() {
-		span.SetAttributes(attribute.String("dlock.key_hash", hashKey(key)), attribute.Bool("dlock.wait", wait))
+		span.SetAttributes(attribute.String("dlock.key_hash", KeyHash(key)), attribute.Bool("dlock.wait", wait))
 	}
 	return ctx, acquireSpan{span: span, start: time.Now()}
 }

@@ -80,7 +80,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			// the wait goes on by looking every retry interval. A Redis that is down shows
 			// at the next look, which comes at once.
 			c.log.Warn("dlock: waiting without pub/sub; looking every retry interval",
-				"key_hash", hashKey(r.key), "err", err)
+				"key_hash", KeyHash(r.key), "err", err)
 			lis = polling{}
 		default:
 			select {
@@ -240,7 +240,7 @@ func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure e
 		switch {
 		case err != nil:
 			c.log.Warn("dlock: removing a hold after a failed re-entry failed; it goes with the lock",
-				"key_hash", hashKey(l.key), "err", err)
+				"key_hash", KeyHash(l.key), "err", err)
 		case res.owned && res.left == 0:
 			if res.next.owner != "" {
 				c.be.deliver(l.key, res.next)
@@ -264,7 +264,7 @@ func (c *Client) cleanup(ctx context.Context, r acquireRequest, failure error) {
 		h, err := c.be.leave(cctx, r)
 		if err != nil {
 			c.log.Warn("dlock: leaving the line failed; the place expires by itself",
-				"key_hash", hashKey(r.key), "err", err)
+				"key_hash", KeyHash(r.key), "err", err)
 		} else if h.owner != "" {
 			c.be.deliver(r.key, h)
 		}

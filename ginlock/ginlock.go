@@ -158,7 +158,7 @@ func (m *middleware) handle(c *gin.Context) {
 		switch {
 		case derr != nil:
 			m.tel.end(ctx, span, route, OutcomeError, false, derr)
-			m.cfg.log.ErrorContext(origCtx, "ginlock: unreadable replay record", "key_hash", hashKey(key), "route", route)
+			m.cfg.log.ErrorContext(origCtx, "ginlock: unreadable replay record", "key_hash", dlock.KeyHash(key), "route", route)
 			m.reject(c, http.StatusInternalServerError, derr)
 		case !rec.matches(fp):
 			m.tel.end(ctx, span, route, OutcomeMismatch, false, nil)
@@ -177,7 +177,7 @@ func (m *middleware) handle(c *gin.Context) {
 	case errors.Is(err, dlock.ErrUnavailable) && m.cfg.failOpen:
 		m.tel.end(ctx, span, route, OutcomeUnavailable, true, err)
 		m.cfg.log.WarnContext(origCtx, "ginlock: lock store unavailable, running the handler without a lock (fail-open)",
-			"key_hash", hashKey(key), "route", route, "error", err)
+			"key_hash", dlock.KeyHash(key), "route", route, "error", err)
 		c.Next()
 	case errors.Is(err, dlock.ErrUnavailable), errors.Is(err, dlock.ErrClosed):
 		m.tel.end(ctx, span, route, OutcomeUnavailable, false, err)
@@ -185,7 +185,7 @@ func (m *middleware) handle(c *gin.Context) {
 		m.reject(c, http.StatusServiceUnavailable, err)
 	default:
 		m.tel.end(ctx, span, route, OutcomeError, false, err)
-		m.cfg.log.ErrorContext(origCtx, "ginlock: lock refused", "key_hash", hashKey(key), "route", route, "error", err)
+		m.cfg.log.ErrorContext(origCtx, "ginlock: lock refused", "key_hash", dlock.KeyHash(key), "route", route, "error", err)
 		m.reject(c, http.StatusInternalServerError, err)
 	}
 }
@@ -261,7 +261,7 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	ctx := context.WithoutCancel(origCtx)
 	if lost := lock.Err(); lost != nil {
 		m.cfg.log.WarnContext(origCtx, "ginlock: lock lost while the handler ran; response not stored",
-			"key_hash", hashKey(lock.Key()), "route", c.FullPath(), "error", lost)
+			"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath(), "error", lost)
 		// A status of its own (c.Status(201), a redirect) is an answer even without a body.
 		if returned && !c.Writer.Written() && c.Writer.Status() == http.StatusOK {
 			c.Header("Retry-After", retryAfter) // nothing was stored: a retry runs it again
@@ -279,14 +279,14 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 		if r, ok := rec.record(); ok {
 			r.fingerprint = fp.sum()
 			if err := lock.Complete(ctx, r.marshal(), m.cfg.retention); err != nil {
-				m.cfg.log.WarnContext(origCtx, "ginlock: storing the response failed", "key_hash", hashKey(lock.Key()),
+				m.cfg.log.WarnContext(origCtx, "ginlock: storing the response failed", "key_hash", dlock.KeyHash(lock.Key()),
 					"route", c.FullPath(), "error", err)
 			}
 			return
 		}
 	}
 	if err := lock.Release(ctx); err != nil {
-		m.cfg.log.WarnContext(origCtx, "ginlock: release failed", "key_hash", hashKey(lock.Key()),
+		m.cfg.log.WarnContext(origCtx, "ginlock: release failed", "key_hash", dlock.KeyHash(lock.Key()),
 			"route", c.FullPath(), "error", err)
 	}
 }

@@ -2,8 +2,6 @@ package ginlock
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 
 	"go.opentelemetry.io/otel"
@@ -11,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockguard/lockguard/dlock"
 )
 
 // ScopeName is the instrumentation scope of the package's tracer and meter.
@@ -50,12 +50,6 @@ func newTelemetry(cfg *config) *telemetry {
 	return t
 }
 
-// hashKey is the key as it appears in telemetry and logs: keys may hold user data.
-func hashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:8])
-}
-
 // start opens the ginlock.lock span around the key lookup and lock wait; key is "" when the
 // key function failed, and the span then has no key_hash.
 func (t *telemetry) start(ctx context.Context, route, key string) (context.Context, trace.Span) {
@@ -63,7 +57,7 @@ func (t *telemetry) start(ctx context.Context, route, key string) (context.Conte
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("http.route", route))
 		if key != "" {
-			span.SetAttributes(attribute.String("ginlock.key_hash", hashKey(key)))
+			span.SetAttributes(attribute.String("ginlock.key_hash", dlock.KeyHash(key)))
 		}
 	}
 	return ctx, span
