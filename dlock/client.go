@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,8 @@ type Client struct {
 	closed atomic.Bool
 	// closing is closed by Close: waits in progress end with ErrClosed.
 	closing chan struct{}
+	mu      sync.Mutex     // orders beginWait against Close
+	waits   sync.WaitGroup // waits in progress, which leave the line before Close goes on
 }
 
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a *redis.ClusterClient
@@ -47,19 +50,41 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 }
 
 // Close stops the watchdog and the pub/sub connection and waits for them. Waits in progress
-// end with ErrClosed, and a lock an acquisition obtains as Close runs is freed in Redis and
-// answered with ErrClosed. Locks the watchdog
-// renews are no longer renewed: their Done closes with ErrLockLost and they expire in Redis at
+// end with ErrClosed, having left the line (Close waits for that, within the Redis client's
+// timeouts), and a lock an acquisition obtains as Close runs is freed in Redis and answered
+// with ErrClosed. Locks the watchdog renews are no longer renewed: their Done closes with ErrLockLost and they expire in Redis at
 // the end of their lease. A lock taken WithTTL is not renewed anyway: it keeps its lease, and
 // its Done closes when that ends. Release locks before closing. Close does not close the Redis
 // client.
 func (c *Client) Close() error {
+	c.mu.Lock()
 	if c.closed.Swap(true) {
+		c.mu.Unlock()
 		return nil
 	}
+	c.mu.Unlock()
 	close(c.closing)
+	// The store ends its listens first, so every wait in progress sees Close. Each then
+	// takes its place out of line, in the background, which the watchdog's close waits for:
+	// a release would otherwise hand the lock to one of them, and the key would stay
+	// blocked for the claim lease. (Store calls made after the store's close run without
+	// their context's bound, on the caller's goroutine.)
+	err := c.be.close()
+	c.waits.Wait()
 	c.wd.close()
-	return c.be.close()
+	return err
+}
+
+// beginWait registers a wait that Close lets leave the line before it goes on; it reports
+// false once Close has begun.
+func (c *Client) beginWait() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false
+	}
+	c.waits.Add(1)
+	return true
 }
 
 // Acquire blocks until it holds the lock for key, or ctx ends. Waiters are served in arrival
@@ -82,7 +107,8 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOpti
 // Do runs fn while holding the lock for key: it acquires (waiting as Acquire does), calls fn
 // with a context that carries the lock and is cancelled if the lock is lost, and releases,
 // also when fn panics (the panic is then re-raised). It returns fn's error, else the error of
-// the release (matching ErrLockLost if the lock was lost while fn ran).
+// the release (matching ErrLockLost if the lock was lost while fn ran). fn may end the hold
+// itself, with Complete (or Release) on the lock FromContext gives it: that is no error.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
 	lk, err := c.Acquire(ctx, key, opts...)
 	if err != nil {
@@ -96,8 +122,8 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		if p != nil {
 			panic(p)
 		}
-		if err == nil {
-			err = rerr
+		if err == nil && !(errors.Is(rerr, ErrNotHeld) && !errors.Is(rerr, ErrLockLost)) {
+			err = rerr // ErrNotHeld alone: fn released the hold itself (Complete, Release)
 		}
 	}()
 	return fn(WithLock(ctx, lk))

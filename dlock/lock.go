@@ -325,10 +325,15 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		// The outcome is unknown: Redis may have applied ttl, or may yet (a call given up by
 		// its context still runs). Count on the shorter of the two leases, and let no other
 		// renewal start until the call is over, so the two cannot cross.
+		// A lease the watchdog renews may now end before its next renewal: renew it as
+		// soon as the call is over.
 		l.shortened(sent, ttl)
 		go func() {
 			afterInFlight(err)
 			<-l.renewing
+			if wd := l.watcher(); wd != nil {
+				wd.renewBy(l, time.Now())
+			}
 		}()
 		return err
 	}
@@ -367,10 +372,14 @@ func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) 
 	if err := l.err(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, &waitError{ctxErr: err} // as a first acquisition answers
+	}
 	l.mu.Lock()
 	l.entries++
 	entry := strconv.FormatInt(l.entries, 10)
 	l.mu.Unlock()
+	sent := time.Now()
 	n, record, err := l.c.be.reenter(ctx, l.key, l.owner, entry, skipCompleted)
 	if record != nil {
 		return nil, &CompletedError{Key: l.key, Record: record}
@@ -379,7 +388,7 @@ func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) 
 		// The script may have added the hold before the reply was lost: take it out again,
 		// or the key would outlive the releases of the holds the caller knows of.
 		l.c.dropHold(ctx, l, entry, err)
-		return nil, err
+		return nil, l.c.lookErr(ctx, l.key, err, sent) // a context that ended is not a store failure
 	}
 	if n < 0 {
 		err := lost("re-entry found the lock gone or owned by another owner")

@@ -44,6 +44,10 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 	// so no hand-off can slip between the look and the listener, and one look is enough.
 	var lis listener
 	if r.wait {
+		if !c.beginWait() {
+			return g, ErrClosed
+		}
+		defer c.waits.Done()
 		lis = c.be.listenReady(r.key, r.owner)
 	}
 	defer func() {
@@ -90,7 +94,8 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 				c.cleanup(ctx, r, nil)
 				return g, &waitError{ctxErr: ctx.Err()}
 			case <-c.closing:
-				return g, ErrClosed // the place in line expires by itself
+				c.cleanup(ctx, r, nil) // Close waits for it
+				return g, ErrClosed
 			}
 		}
 		look = true
@@ -117,7 +122,8 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			c.cleanup(ctx, r, nil)
 			return g, &waitError{ctxErr: ctx.Err()}
 		case <-c.closing:
-			return g, ErrClosed // the place in line expires by itself
+			c.cleanup(ctx, r, nil) // Close waits for it
+			return g, ErrClosed
 		case n := <-lis.C():
 			if n.token == 0 || n.lease <= 0 || n.token <= busyToken {
 				continue // look again now (a notice without its lease: the look tells it; a stale one)
@@ -252,21 +258,25 @@ func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure e
 
 // cleanup takes an owner out of line and passes on a lock handed to it, without waiting for
 // it: ctx may have ended already, and the caller's wait must end with its context. When the
-// call that failed with failure is still in flight, the clean-up comes after it.
+// call that failed with failure is still in flight, the clean-up comes after it. Close
+// waits for it: the clean-ups of waits in progress when Close began are started before
+// Close stops taking background work. (A look that failed after that, on a call that was
+// not a wait, leaves its place to expire by itself.)
 func (c *Client) cleanup(ctx context.Context, r acquireRequest, failure error) {
-	if c.closed.Load() {
-		return
+	c.wd.background(func() { c.leaveLine(ctx, r, failure) })
+}
+
+// leaveLine takes r's owner out of line and passes on a lock handed to it, after the call
+// that failed with failure, if that is still in flight.
+func (c *Client) leaveLine(ctx context.Context, r acquireRequest, failure error) {
+	afterInFlight(failure)
+	cctx, cancel := c.releaseContext(ctx)
+	defer cancel()
+	h, err := c.be.leave(cctx, r)
+	if err != nil {
+		c.log.Warn("dlock: leaving the line failed; the place expires by itself",
+			"key_hash", KeyHash(r.key), "err", err)
+	} else if h.owner != "" {
+		c.be.deliver(r.key, h)
 	}
-	c.wd.background(func() {
-		afterInFlight(failure)
-		cctx, cancel := c.releaseContext(ctx)
-		defer cancel()
-		h, err := c.be.leave(cctx, r)
-		if err != nil {
-			c.log.Warn("dlock: leaving the line failed; the place expires by itself",
-				"key_hash", KeyHash(r.key), "err", err)
-		} else if h.owner != "" {
-			c.be.deliver(r.key, h)
-		}
-	})
 }

@@ -8,6 +8,8 @@
 -- whether it is gone), and a full release leaves the owner in r so that a retried release
 -- answers released instead of lost.
 -- The last hold with nobody in line (no w on the lock) costs two calls: HMGET, HSET.
+-- A record stored while holds remain tells the waiters that skip completed work (flag 1) to
+-- look again, which finds the record: they need not wait for the outer hold's release.
 local owner, entry = ARGV[1], ARGV[2]
 local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'r', 'h', 'x', 'w')
 if cur[1] ~= owner then
@@ -19,22 +21,34 @@ end
 if ARGV[5] then
   redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
 end
+local function held(holds)
+  if ARGV[5] and cur[6] == '1' then
+    local channel = string.sub(KEYS[1], 1, -5) .. 'ch'
+    for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+      local waiter, flag = string.match(m, '^([^:]+):%d+:(%d)$')
+      if waiter and flag == '1' then
+        redis.call(ARGV[4], channel, waiter .. ' 0')
+      end
+    end
+  end
+  return {1, holds}
+end
 local holds = tonumber(cur[4])
 if entry == '1' then
   if cur[5] then
-    return {1, holds} -- a retry: the first hold is gone already
+    return held(holds) -- a retry: the first hold is gone already
   end
   if holds > 1 then
     redis.call('HSET', KEYS[1], 'x', '1')
-    return {1, redis.call('HINCRBY', KEYS[1], 'h', -1)}
+    return held(redis.call('HINCRBY', KEYS[1], 'h', -1))
   end
 else
   if redis.call('HDEL', KEYS[1], 'e' .. entry) == 0 then
-    return {1, holds} -- a retry, or a hold that was never added
+    return held(holds) -- a retry, or a hold that was never added
   end
   holds = redis.call('HINCRBY', KEYS[1], 'h', -1)
   if holds > 0 then
-    return {1, holds}
+    return held(holds)
   end
   if cur[5] then
     redis.call('HDEL', KEYS[1], 'x')
