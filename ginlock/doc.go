@@ -70,8 +70,8 @@
 //     again. Replay alone cannot stop a duplicate payment then: the write that moves money
 //     should also check the fencing token or keep its own record of the key.
 //   - Redis that stops answering costs each request the Redis client's timeouts before its
-//     503: with go-redis defaults (3 s read timeout, 3 retries) about 10 s. Set ReadTimeout
-//     (say 500 ms) or give requests a deadline.
+//     503: with go-redis defaults (5 s read timeout) about 10 s. Set ReadTimeout (say
+//     500 ms) or give requests a deadline.
 //   - WithReplay on a key that names a resource rather than a request (account:{id}) stores
 //     one response per account for the retention: a later, different request on the account
 //     gets 422, a repeat gets the old response. Replay belongs on request keys.

@@ -1,8 +1,10 @@
 package shop
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -57,6 +59,20 @@ func (a *App) failErr(c *gin.Context, err error, notFoundCode string) {
 		a.log.Error("request failed", "path", c.FullPath(), "err", err)
 		fail(c, http.StatusInternalServerError, codeInternal)
 	}
+}
+
+// readBodyFirst reads the whole body (up to maxBody) before the route queues for a lock, and
+// hands it on buffered; a body it cannot read is answered as bindJSON would answer it. The
+// server's ReadTimeout, counted from the request's start, is there for a client that sends
+// slowly: read after a long wait in the queue, a body that had not arrived with the headers
+// (a second segment, Expect: 100-continue) would fail on it.
+func readBodyFirst(c *gin.Context) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody))
+	if err != nil {
+		fail(c, http.StatusBadRequest, codeBadJSON)
+		return
+	}
+	c.Request.Body = io.NopCloser(bytes.NewReader(body))
 }
 
 // bindJSON decodes the body into v, answering 400 bad_json when it is not valid JSON of

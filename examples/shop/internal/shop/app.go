@@ -95,7 +95,7 @@ func (a *App) routes(p Protection) *gin.Engine {
 	api.POST("/accounts", a.createAccount)
 	api.GET("/accounts/:id", a.getAccount)
 	api.GET("/accounts/:id/ledger", a.getLedger)
-	api.POST("/accounts/:id/withdraw", chain(p.Withdraw, a.withdraw)...)
+	api.POST("/accounts/:id/withdraw", append([]gin.HandlerFunc{readBodyFirst}, chain(p.Withdraw, a.withdraw)...)...)
 	api.POST("/orders", a.createOrder)
 	api.GET("/orders/:id", a.getOrder)
 	api.POST("/orders/:id/pay", append([]gin.HandlerFunc{requireIdempotencyKey}, chain(p.Pay, a.pay)...)...)

@@ -48,7 +48,7 @@ var idempotencyKey = keyfunc.Join(keyfunc.IdempotencyKey())
 
 // requireIdempotencyKey answers 400 when the Idempotency-Key header is missing or blank
 // (missing_idempotency_key) or is not a key ginlock accepts: over 255 characters, bytes
-// outside printable ASCII, a broken sf-string (invalid_idempotency_key). It runs in both
+// outside printable ASCII, a broken sf-string, the header sent twice (invalid_idempotency_key). It runs in both
 // modes, so the unprotected shop keeps the same contract and the protected one answers in
 // the shop's error shape before ginlock sees the key.
 func requireIdempotencyKey(c *gin.Context) {
@@ -58,7 +58,7 @@ func requireIdempotencyKey(c *gin.Context) {
 	switch {
 	case c.GetHeader(keyfunc.IdempotencyKeyHeader) == "" || errors.Is(err, keyfunc.ErrMissing):
 		fail(c, http.StatusBadRequest, codeMissingKey)
-	case err != nil:
+	case err != nil, len(c.Request.Header.Values(keyfunc.IdempotencyKeyHeader)) > 1:
 		fail(c, http.StatusBadRequest, codeInvalidKey)
 	}
 }

@@ -19,12 +19,13 @@ type Report struct {
 	Elapsed time.Duration
 
 	// Duplicate pays of one order.
-	PayAnswers  map[int]int // status code (0: no response) -> count
-	PayReplayed int         // answers marked Idempotent-Replayed
-	OrdersPaid  int         // orders of the pay phase in status paid afterwards (0 or 1)
-	Charges     int         // charge entries for that order in the ledger
-	PayBalance  Balance     // the paying account
-	PayLatency  Percentiles
+	PayAnswers   map[int]int // status code (0: no response) -> count
+	RetryAnswers map[int]int // the retries sent one per key after the burst
+	PayReplayed  int         // answers (burst and retries) marked Idempotent-Replayed
+	OrdersPaid   int         // orders of the pay phase in status paid afterwards (0 or 1)
+	Charges      int         // charge entries for that order in the ledger
+	PayBalance   Balance     // the paying account
+	PayLatency   Percentiles
 
 	// Withdrawals and refunds.
 	WithdrawAnswers map[int]int
@@ -112,14 +113,15 @@ func unexpected(answers map[int]int, ok ...int) int {
 }
 
 // measure fills r from the answers and from the shop's state after the storm.
-func (s *storm) measure(ctx context.Context, r *Report, payer account, payOrder order, accts []account, pays, withdrawals, refunds []*op) error {
+func (s *storm) measure(ctx context.Context, r *Report, payer account, payOrder order, accts []account, pays, retries, withdrawals, refunds []*op) error {
 	r.PayAnswers, r.WithdrawAnswers, r.RefundAnswers = tally(pays), tally(withdrawals), tally(refunds)
+	r.RetryAnswers = tally(retries)
 	r.PayLatency = percentiles(pays)
 	r.StormLatency = percentiles(append(slices.Clone(withdrawals), refunds...))
 
 	// Duplicate pays: one order, so at most one charge may exist.
 	anyPaid := false
-	for _, o := range pays {
+	for _, o := range append(slices.Clone(pays), retries...) {
 		anyPaid = anyPaid || o.ans.status == http.StatusOK
 		if o.ans.replayed {
 			r.PayReplayed++

@@ -37,7 +37,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer cfg.Client.CloseIdleConnections()
 	}
 	s := &storm{cfg: cfg, api: api{base: cfg.BaseURL, c: cfg.Client}}
-	s.total = cfg.Pays + cfg.Withdrawals + cfg.Accounts*cfg.RefundOrders*cfg.RefundCopies
+	s.total = cfg.Pays + cfg.PayKeys + cfg.Withdrawals + cfg.Accounts*cfg.RefundOrders*cfg.RefundCopies
 	start := time.Now()
 	r := &Report{Config: cfg}
 
@@ -91,6 +91,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}}
 	}
 	s.burst(ctx, pays)
+	// Then each key's client retries once, as one whose answer got lost would: the burst is
+	// over, so the protected shop replays the stored answer.
+	retries := make([]*op, cfg.PayKeys)
+	for i := range retries {
+		key := fmt.Sprintf("pay-%s-%d", payOrder.ID, i)
+		retries[i] = &op{acct: -1, send: func(ctx context.Context) answer {
+			return s.api.do(ctx, "POST", "/api/orders/"+payOrder.ID+"/pay", nil, map[string]string{"Idempotency-Key": key})
+		}}
+		s.burst(ctx, retries[i:i+1])
+	}
 
 	// Burst 2: withdrawals over the accounts mixed with refund requests, in a shuffled order.
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5709))
@@ -123,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r.Archived = archived - before.Archived
 	r.Elapsed = time.Since(start)
-	return r, s.measure(ctx, r, payer, payOrder, accts, pays, withdrawals, refunds)
+	return r, s.measure(ctx, r, payer, payOrder, accts, pays, retries, withdrawals, refunds)
 }
 
 // createAccount opens an account with balance.

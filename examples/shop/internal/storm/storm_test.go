@@ -54,6 +54,10 @@ func TestProtectedStormHasNoAnomaly(t *testing.T) {
 	if r.Charges != 1 || r.OrdersPaid != 1 || r.RefundsApplied != 4 || r.WithdrawAnswers[200] != 40 {
 		t.Errorf("protected storm did not do the work: %+v", r)
 	}
+	// The retry with the key that paid gets the stored answer back.
+	if r.RetryAnswers[200] < 1 || r.PayReplayed < r.RetryAnswers[200] {
+		t.Errorf("retries after the burst: %v, %d replayed; want the paying key's answer replayed", r.RetryAnswers, r.PayReplayed)
+	}
 }
 
 // TestUnprotectedStormShowsAnomalies shows the demo is not rigged: the same storm on the

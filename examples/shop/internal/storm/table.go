@@ -23,6 +23,7 @@ func WriteTable(w io.Writer, reports ...*Report) error {
 	rows := []row{
 		section(fmt.Sprintf("%d concurrent pays of one order (%d Idempotency-Keys)", c.Pays, c.PayKeys)),
 		{"answers", func(r *Report) string { return statuses(r.PayAnswers) }},
+		{"retries, one per key", func(r *Report) string { return statuses(r.RetryAnswers) }},
 		{"replayed answers", func(r *Report) string { return fmt.Sprint(r.PayReplayed) }},
 		{"orders paid", func(r *Report) string { return fmt.Sprint(r.OrdersPaid) }},
 		{"charges applied", func(r *Report) string { return fmt.Sprint(r.Charges) }},
