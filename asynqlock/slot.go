@@ -97,7 +97,7 @@ func slotStart(t time.Time, period time.Duration, loc *time.Location) time.Time 
 		// that instant is not the slot's, and the start is found by wall clock instead.
 		start := t.Add(-(wall % period))
 		if st := start.In(loc); wallClock(st) == wall-wall%period && st.Day() == d {
-			return start
+			return st
 		}
 		return localTime(y, m, d, wall-wall%period, loc)
 	}

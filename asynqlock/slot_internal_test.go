@@ -3,6 +3,7 @@ package asynqlock
 import (
 	"testing"
 	"time"
+	_ "time/tzdata"
 
 	"github.com/hibiken/asynq"
 
@@ -53,7 +54,7 @@ func TestSubDaySlotStartAcrossClockChanges(t *testing.T) {
 			for _, period := range periods {
 				for t0 := change.Add(-13 * time.Hour); t0.Before(change.Add(13 * time.Hour)); t0 = t0.Add(time.Minute) {
 					got, want := slotStart(t0, period, loc), bruteSlotStart(t0, period, loc)
-					if !got.Equal(want) {
+					if !got.Equal(want) || got.Location() != loc {
 						t.Fatalf("%s, period %v, t %s: slot start %s, want %s", zone, period,
 							t0.In(loc).Format(time.RFC3339), got.In(loc).Format(time.RFC3339), want.In(loc).Format(time.RFC3339))
 					}
@@ -89,6 +90,34 @@ func bruteSlotStart(t time.Time, period time.Duration, loc *time.Location) time.
 			// A day that starts after a gap, or a clock that jumped forward over a multiple of
 			// period. (A clock that went back stays in the slot it went back into.)
 			return s
+		}
+	}
+}
+
+// SlotStart of a SlotIn(period, loc) slot is a time in loc, for sub-day and whole-day
+// periods alike, so a handler reading "the hour of the report" gets loc's hour, not that of
+// the scheduled time's offset or of time.Local.
+func TestSlotStartIsInScheduleLocation(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		period time.Duration
+	}{
+		{"hourly", time.Hour},
+		{"daily", 24 * time.Hour},
+	} {
+		key := keyfunc.Join(SlotIn(tc.period, ny))
+		at := "2026-06-01T15:00:00Z" // 11:00 EDT
+		src := newSource(t.Context(), asynq.NewTaskWithHeaders("r", nil, map[string]string{HeaderScheduledAt: at}), DefaultMaxPayload)
+		if _, err := key.Key(src); err != nil {
+			t.Fatal(err)
+		}
+		if src.slot.Location() != ny {
+			t.Errorf("%s SlotIn(%v, New York), scheduled %s: slot start %s is in %q, not the schedule's zone (Hour() = %d, want the New York hour)",
+				tc.name, tc.period, at, src.slot.Format(time.RFC3339), src.slot.Location(), src.slot.Hour())
 		}
 	}
 }
