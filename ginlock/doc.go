@@ -23,8 +23,7 @@
 // # Idempotent replay
 //
 // When the key uses the Idempotency-Key header (or with WithReplay), the response of a
-// completed request is stored under the key, scoped by method and route (and, for a key
-// without the Idempotency-Key, by path and query), and replayed to
+// completed request is stored under the key, scoped by method and route, and replayed to
 // later requests with the same key and the same fingerprint (method, route, decoded path,
 // query and canonical body), marked Idempotent-Replayed: true; a request with the same key and
 // another fingerprint gets 422. When the Idempotency-Key part is Optional, a request without

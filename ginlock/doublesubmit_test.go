@@ -12,14 +12,13 @@ import (
 	"github.com/lockguard/lockguard/keyfunc"
 )
 
-// The double-submit recipe (docs/ginlock.md): a BodyHash key scoped by the user, with
-// WithReplay. On a route with a path parameter, the same body for another account is another
-// request, which the client never tied to the first with a key of its own: it runs, rather
-// than being refused with 422. The same body to the same account is replayed.
+// The double-submit recipe on a route with a path parameter (docs/ginlock.md): a key of the
+// parameter and the body hash, scoped by the user, with WithReplay. The same body to another
+// account is another key and runs; the same body to the same account again is replayed.
 func TestDoubleSubmitOtherAccountRuns(t *testing.T) {
 	e := setup(t)
 	r := router()
-	submitKey := keyfunc.Join(keyfunc.BodyHash()).Scope(keyfunc.ContextValue(userKey{}).Named("user"))
+	submitKey := keyfunc.Join(keyfunc.Param("id"), keyfunc.BodyHash()).Scope(keyfunc.ContextValue(userKey{}).Named("user"))
 	var runs atomic.Int32
 	r.POST("/accounts/:id/deposit", ginlock.New(e.locks, submitKey, ginlock.WithReplay(10*time.Minute)),
 		func(c *gin.Context) {

@@ -54,14 +54,8 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFun
 		m.lockOpts = append(m.lockOpts, dlock.WithTTL(cfg.ttl))
 	}
 	if m.replay {
-		scope := []keyfunc.Part{keyfunc.Meta(keyfunc.MetaMethod).Named("method"),
-			keyfunc.Meta(keyfunc.MetaRoute).Named("route").Optional()}
-		if !m.needsIdemKey {
-			// Without a client key nothing ties two requests together but the key: one to
-			// another path or with another query is another request, not a key reused (422).
-			scope = append(scope, targetPart)
-		}
-		m.key = key.Scope(scope...)
+		m.key = key.Scope(keyfunc.Meta(keyfunc.MetaMethod).Named("method"),
+			keyfunc.Meta(keyfunc.MetaRoute).Named("route").Optional())
 		m.replayOpts = append(append(m.replayOpts, m.lockOpts...), dlock.SkipCompleted())
 		// A body the chain encoded cannot be read back without its coding (the recorder
 		// leaves out a Content-Encoding set outside the chain, where the body is not encoded).
@@ -274,6 +268,9 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	}
 	if rec != nil && origCtx.Err() != nil {
 		rec.clientGone() // a stream may have stopped short for it, without a failed write
+	}
+	if rec != nil && len(c.Errors) > 0 {
+		rec.chainErrors = true
 	}
 	if returned && rec != nil && !c.GetBool(rejectedKey{}) && m.cfg.storable(rec.ResponseWriter.Status()) {
 		if r, ok := rec.record(); ok {

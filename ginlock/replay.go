@@ -2,9 +2,7 @@ package ginlock
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
-	"fmt"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
@@ -33,18 +31,6 @@ func fingerprint(c *gin.Context, src *Source) (requestPrint, error) {
 	u := c.Request.URL
 	return requestPrint{c.Request.Method, c.FullPath(), u.Path, u.Query().Encode(), body}, nil
 }
-
-// targetPart is a hash of the request's path and query as the fingerprint has them: the
-// scope of a replay key derived without the Idempotency-Key.
-var targetPart = keyfunc.From("target", func(src keyfunc.Source) (string, error) {
-	s, ok := src.(*Source)
-	if !ok {
-		return "", fmt.Errorf("ginlock: target part on a %T, not a ginlock Source", src)
-	}
-	u := s.c.Request.URL
-	sum := sumFields(u.Path, u.Query().Encode())
-	return base64.RawURLEncoding.EncodeToString(sum[:]), nil
-})
 
 // sum is the fingerprint stored with a response: SHA-256 of the print's fields.
 func (p requestPrint) sum() [sha256.Size]byte {

@@ -64,3 +64,50 @@ func TestBodilessAnswerStoredAfterClientGone(t *testing.T) {
 		})
 	}
 }
+
+// errAfterCtx is a body source (an upstream response body read with the request's context)
+// that fails once the request's context has ended, before its first byte.
+type errAfterCtx struct{ ctx context.Context }
+
+func (r errAfterCtx) Read([]byte) (int, error) {
+	<-r.ctx.Done()
+	return 0, r.ctx.Err()
+}
+
+// A stream with a status of its own (c.DataFromReader(201, -1, ...), the body of unknown
+// length) that stops before its first byte because the client went away is a stream cut
+// short, not a bodiless answer: it is not stored, and the retry runs the handler again.
+func TestStreamCutBeforeFirstByteNotStored(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	hangUp := make(chan context.CancelFunc, 1)
+	r.POST("/exports-cut", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		runs.Add(1)
+		select {
+		case cancel := <-hangUp:
+			cancel()
+		default:
+		}
+		ctx := c.Request.Context()
+		if ctx.Err() == nil {
+			c.DataFromReader(http.StatusCreated, -1, "application/json", strings.NewReader(`{"export":"done"}`), nil)
+			return
+		}
+		c.DataFromReader(http.StatusCreated, -1, "application/json", errAfterCtx{ctx}, nil)
+	})
+	key := strings.ReplaceAll(idemKey(t), ",", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hangUp <- cancel
+	first := do(r, req{path: "/exports-cut", user: "alice", key: key, body: `{"n":1}`, ctx: ctx})
+	t.Logf("first (client gone, stream failed before its first byte): %d %q", first.Code, first.Body)
+	retry := do(r, req{path: "/exports-cut", user: "alice", key: key, body: `{"n":1}`})
+	if retry.Header().Get(ginlock.ReplayedHeader) == "true" && retry.Body.Len() == 0 {
+		t.Fatalf("retry got the cut stream's empty %d replayed (handler runs %d); want the handler run again for its body",
+			retry.Code, runs.Load())
+	}
+	if retry.Body.String() != `{"export":"done"}` {
+		t.Fatalf("retry: %d %q replayed=%q, want the export body", retry.Code, retry.Body, retry.Header().Get(ginlock.ReplayedHeader))
+	}
+}

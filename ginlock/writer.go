@@ -25,6 +25,7 @@ type recorder struct {
 	body          []byte
 	writes        int  // Write calls with a body
 	writeFailed   bool // a write to the client failed
+	chainErrors   bool // the chain recorded errors (c.Error), as gin does when a render fails
 	gone          bool // the request's context ended before the handler returned
 	flushed       bool // the handler flushed: it streams
 	overflow      bool
@@ -111,7 +112,9 @@ func (w *recorder) clientGone() { w.gone = true }
 // was kept whole, unless it flushed with its client gone: a stream's first chunk is one
 // write too. An answer without a body and with a status of its own (201 with a Location, a
 // 303 after a POST, a 204) is complete: nothing was cut short. An empty 200 is not taken
-// for one then: it is also what a stream that stopped before its first chunk leaves.
+// for one then: it is also what a stream that stopped before its first chunk leaves; nor is
+// an empty answer of a chain that recorded an error (a c.DataFromReader whose reader failed
+// before its first byte sets its status and records the failure).
 func (w *recorder) complete() bool {
 	if !w.writeFailed && !w.gone {
 		return true
@@ -121,7 +124,7 @@ func (w *recorder) complete() bool {
 		return err == nil && n == len(w.body)
 	}
 	if w.writes == 0 && !w.flushed {
-		return w.ResponseWriter.Status() != http.StatusOK
+		return w.ResponseWriter.Status() != http.StatusOK && !w.chainErrors
 	}
 	return w.writes == 1 && !(w.gone && w.flushed)
 }
