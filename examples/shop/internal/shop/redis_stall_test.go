@@ -2,8 +2,6 @@ package shop_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -35,16 +33,7 @@ func TestStalledRedisAnswers503Promptly(t *testing.T) {
 	c := &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}
 	t.Cleanup(c.CloseIdleConnections)
 
-	var a shop.Account
-	code, body := rawPost(t, c, in.URL+"/api/accounts", `{"owner":"alice","balance":10000}`)
-	if code != http.StatusCreated || json.Unmarshal([]byte(body), &a) != nil {
-		t.Fatalf("create account: %d %s", code, body)
-	}
-	var o shop.Order
-	code, body = rawPost(t, c, in.URL+"/api/orders", fmt.Sprintf(`{"account_id":%q,"amount":2500}`, a.ID))
-	if code != http.StatusCreated || json.Unmarshal([]byte(body), &o) != nil {
-		t.Fatalf("create order: %d %s", code, body)
-	}
+	a, o := accountWithOrder(t, c, in.URL)
 
 	if err := syscall.Kill(srv.PID(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
