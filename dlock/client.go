@@ -52,10 +52,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 // Close stops the watchdog and the pub/sub connection and waits for them. Waits in progress
 // end with ErrClosed, having left the line (Close waits for that, within the Redis client's
 // timeouts), and a lock an acquisition obtains as Close runs is freed in Redis and answered
-// with ErrClosed. Locks the watchdog renews are no longer renewed: their Done closes with ErrLockLost and they expire in Redis at
-// the end of their lease. A lock taken WithTTL is not renewed anyway: it keeps its lease, and
-// its Done closes when that ends. Release locks before closing. Close does not close the Redis
-// client.
+// with ErrClosed. Locks the watchdog renews are no longer renewed: their Done closes with
+// ErrLockLost and they expire in Redis at the end of their lease. A lock taken WithTTL is not
+// renewed anyway: it keeps its lease, and its Done closes when that ends. Release locks before
+// closing. Close does not close the Redis client.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed.Swap(true) {

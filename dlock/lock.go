@@ -324,9 +324,8 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		// The outcome is unknown: Redis may have applied ttl, or may yet (a call given up by
 		// its context still runs). Count on the shorter of the two leases, and let no other
-		// renewal start until the call is over, so the two cannot cross.
-		// A lease the watchdog renews may now end before its next renewal: renew it as
-		// soon as the call is over.
+		// renewal start until the call is over, so the two cannot cross. A lease the
+		// watchdog renews may now end before its next renewal: renew it once the call is over.
 		l.shortened(sent, ttl)
 		go func() {
 			afterInFlight(err)
