@@ -21,11 +21,14 @@
 //     the first live waiter and tells it with one pub/sub message (sharded on a Cluster), so a
 //     waiter is not starved by a holder re-acquiring in a loop, and needs no extra round trip.
 //     A waiter that stops heartbeating (its process died) is dropped after three retry
-//     intervals; a waiter whose context ends leaves the line at once; a waiter paused past
-//     the short lease of a hand-off, which then went on, ignores the stale message and
-//     queues again.
+//     intervals; a waiter whose context ends leaves the line right away (in the background,
+//     just after its Acquire returns), and one whose Client closes before Close returns; a
+//     waiter paused past the short lease of a hand-off, which then went on, ignores the
+//     stale message and queues again.
 //   - Locks without WithTTL are renewed by one watchdog loop per Client, every lease/3, many
-//     locks per script call, pipelined. Renewal stops the moment the lock is released.
+//     locks per script call, pipelined (one pipeline per node on a Cluster, so a node that
+//     does not answer costs only its own locks). Renewal stops the moment the lock is
+//     released.
 //   - Lost locks are reported: Done closes and the context from WithLock is cancelled with
 //     cause ErrLockLost when a renewal finds the lock gone or taken, and also when renewals do
 //     not get through before the lease ends on the holder's own clock (measured from when the

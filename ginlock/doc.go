@@ -39,9 +39,10 @@
 //     408, 409, 425 and 429 by default, a body over WithMaxReplayBody, a panic, a lost lock),
 //     whose retry runs it again. What is stored is what the handler wrote, even if the
 //     client went away before receiving it, as long as the middleware can tell it is all
-//     of it (one write, or as long as its Content-Length); a stream cut short is not stored. A response that a ginlock middleware nested
-//     inside another one made itself (its 409 for a busy account lock, say) is never stored
-//     by the outer one.
+//     of it (one write, as long as its Content-Length, or no body with a status of its own
+//     such as a 201 with a Location); a stream cut short is not stored. A response that a
+//     ginlock middleware nested inside another one made itself (its 409 for a busy account
+//     lock, say) is never stored by the outer one.
 //   - The handler's context (c.Request.Context()) carries the lock: a nested dlock Acquire
 //     of the same key on the same Client re-enters it, and the context is cancelled with
 //     cause dlock.ErrLockLost when the lock is lost.
@@ -62,8 +63,10 @@
 //   - The stored response is what the handler chain after the middleware wrote. A response
 //     written by middleware placed before ginlock, after the chain returned, is not seen.
 //   - A lost lock is detected by dlock's watchdog, not instantly; work that must not
-//     overlap a successor should pass the fencing token (the Token of the lock FromContext returns) to the
-//     resource it writes.
+//     overlap a successor should pass the fencing token (the Token of the lock FromContext
+//     returns) to the resource it writes. When the handler returns without having answered
+//     (no body, no status of its own), a lost lock is answered 409 with Retry-After;
+//     an answer it gave stands.
 //   - When storing the response fails (Redis down or stalled for about a read timeout after
 //     the handler ran) the lock expires at the end of its lease and a retry runs the handler
 //     again. Replay alone cannot stop a duplicate payment then: the write that moves money

@@ -57,6 +57,13 @@
 //   - JSON bodies are decoded with exact numbers and at most MaxJSONDepth (64) levels of
 //     nesting; numbers are rendered canonically (1e2 and 100 give the same key).
 //
+// # Errors
+//
+// Key's errors are *PartError values naming the part. IsInputError tells the input's
+// faults (ErrMissing, ErrInvalid, ErrTooLong, ErrMalformedBody, ErrBodyTooLarge: an HTTP
+// adapter's 400 or 413, a task adapter's archive) from the rest (a From function's error,
+// a body that could not be read), which a retry may get past.
+//
 // # Limits
 //
 // keyfunc does not cap the body: the adapter does, and reports ErrBodyTooLarge. It does not
