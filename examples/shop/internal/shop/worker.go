@@ -51,6 +51,12 @@ func (a *App) handleRefund(ctx context.Context, t *asynq.Task) error {
 	if err != nil {
 		return err
 	}
+	if p.AccountID != o.AccountID {
+		// The lock was taken on the payload's account; the money moves on the order's.
+		// Applying it would change a balance under another account's lock.
+		return fmt.Errorf("shop: refund payload names account %q, order %s belongs to %q: %w",
+			p.AccountID, o.ID, o.AccountID, asynq.SkipRetry)
+	}
 	if o.Status != StatusPaid {
 		return nil // refunded already (or never paid): nothing to do
 	}
