@@ -34,7 +34,7 @@ const (
 // would put every wait and most holds in one bucket. A wait ends within a task's timeout; a
 // hold lasts as long as the handler, which for a task may be an hour.
 var (
-	waitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+	waitBuckets = dlock.WaitBuckets() // a wait is dlock's wait
 	holdBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600}
 )
 

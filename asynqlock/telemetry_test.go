@@ -3,12 +3,14 @@ package asynqlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/hibiken/asynq"
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/lockguard/lockguard/asynqlock"
+	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/internal/oteltest"
 	"github.com/lockguard/lockguard/keyfunc"
 )
@@ -81,8 +83,12 @@ func TestTelemetryHoldOnlyWhenObtained(t *testing.T) {
 	if n := oteltest.Count(o.Histogram(t, "asynqlock.lock.hold")); n != 0 {
 		t.Errorf("hold samples %d for tasks that never held the lock", n)
 	}
-	if n := oteltest.Count(o.Histogram(t, "asynqlock.lock.wait")); n != 2 {
+	wait := o.Histogram(t, "asynqlock.lock.wait")
+	if n := oteltest.Count(wait); n != 2 {
 		t.Errorf("wait samples %d, want 2", n)
+	}
+	if got := wait.DataPoints[0].Bounds; !slices.Equal(got, dlock.WaitBuckets()) {
+		t.Errorf("asynqlock.lock.wait bounds %v, want dlock's %v", got, dlock.WaitBuckets())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -70,6 +71,11 @@ func newTelemetry(cfg *config) *telemetry {
 // (a round trip, well under a millisecond) to waits of a minute. The SDK's default bounds
 // (0, 5, 10, 25, ...) suit milliseconds and would put every wait under 5 s in one bucket.
 var waitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// WaitBuckets returns the bucket bounds, in seconds, of dlock's wait histogram
+// (dlock.acquire.wait), from half a millisecond to a minute. Integrations that record waits of
+// their own use them, so their histograms line up with dlock's. The slice is a copy.
+func WaitBuckets() []float64 { return slices.Clone(waitBuckets) }
 
 // KeyHash is a lock key as dlock, ginlock and asynqlock show it in spans, logs and error
 // texts, which never hold the raw key (keys may hold user data): the first 8 bytes of its

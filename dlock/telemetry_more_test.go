@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -91,6 +92,21 @@ func TestTelemetryWaitBucketsInSeconds(t *testing.T) {
 	if buckets[0] == buckets[1] {
 		t.Errorf("an uncontended acquisition and a 0.4s wait fall in the same bucket (index %d, bounds %v): second-valued histogram uses millisecond default boundaries",
 			buckets[0], h.DataPoints[0].Bounds)
+	}
+	if got := h.DataPoints[0].Bounds; !slices.Equal(got, dlock.WaitBuckets()) {
+		t.Errorf("histogram bounds %v, WaitBuckets() %v", got, dlock.WaitBuckets())
+	}
+}
+
+// WaitBuckets hands out a copy: a caller that changes it changes nobody else's bounds.
+func TestWaitBucketsIsACopy(t *testing.T) {
+	b := dlock.WaitBuckets()
+	if len(b) == 0 || b[0] >= 0.001 || b[len(b)-1] < 60 {
+		t.Fatalf("WaitBuckets() = %v, want bounds from under a millisecond to a minute", b)
+	}
+	b[0] = 42
+	if again := dlock.WaitBuckets(); again[0] == 42 {
+		t.Errorf("changing the returned slice changed the next one: %v", again)
 	}
 }
 
