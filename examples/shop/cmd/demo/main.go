@@ -46,11 +46,11 @@ func run(ctx context.Context) int {
 		return 2
 	}
 	fmt.Println()
-	if n := reports[1].AnomalyCount(); n > 0 {
-		fmt.Printf("FAIL: the protected shop shows %d anomalies.\n", n)
+	if n := len(reports[1].Anomalies()); n > 0 {
+		fmt.Printf("FAIL: the protected shop shows %s (listed above).\n", kinds(n))
 		return 1
 	}
-	fmt.Printf("OK: the protected shop shows no anomaly; without locks it showed %d.\n", reports[0].AnomalyCount())
+	fmt.Printf("OK: the protected shop shows no anomaly; without locks it showed %s (listed above).\n", kinds(len(reports[0].Anomalies())))
 	return 0
 }
 
@@ -80,6 +80,17 @@ func once(ctx context.Context, n int, unprotected bool) (r *storm.Report, err er
 	if err != nil {
 		return nil, err
 	}
-	fmt.Printf("      done in %.1f s, %d anomalies\n", r.Elapsed.Seconds(), r.AnomalyCount())
+	fmt.Printf("      done in %.1f s, %s\n", r.Elapsed.Seconds(), kinds(len(r.Anomalies())))
 	return r, nil
+}
+
+// kinds says how many kinds of anomaly a run showed.
+func kinds(n int) string {
+	switch n {
+	case 0:
+		return "no anomaly"
+	case 1:
+		return "1 kind of anomaly"
+	}
+	return fmt.Sprintf("%d kinds of anomaly", n)
 }

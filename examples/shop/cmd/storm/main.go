@@ -37,7 +37,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if *strict && r.AnomalyCount() > 0 {
+	if *strict && !r.Clean() {
 		os.Exit(1)
 	}
 }

@@ -44,7 +44,7 @@ func WriteTable(w io.Writer, reports ...*Report) error {
 			}
 			return fmt.Sprintf("no (%d of %d accounts)", r.InconsistentLedgers, r.Config.Accounts+1)
 		}},
-		{"anomalies", func(r *Report) string { return fmt.Sprint(r.AnomalyCount()) }},
+		{"kinds of anomaly", func(r *Report) string { return fmt.Sprint(len(r.Anomalies())) }},
 	}
 
 	const labelWidth = 30
