@@ -62,3 +62,48 @@ func TestSilentStoreDuringWaitIsUnavailable(t *testing.T) {
 		})
 	}
 }
+
+// The lock is busy when the task starts waiting, and the store stops answering during the
+// wait (paused, or its server gone), between two looks at the lock: the task fails with an
+// error wrapping dlock.ErrUnavailable. Reported busy, it would bounce without using a retry,
+// or with WithBusy(asynq.RevokeTask) (OncePerSlot's default) be dropped.
+func TestStoreSilentDuringBusyWaitIsUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(*env) error
+	}{
+		{"paused", func(e *env) error { return e.srv.Pause(context.Background(), 3*time.Second) }},
+		{"killed", func(e *env) error { return e.srv.Kill() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := t.Context()
+			var ran atomic.Int64
+			h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { ran.Add(1); return nil }),
+				e.lock, taskAccountKey, asynqlock.WithWait(800*time.Millisecond), asynqlock.WithBusy(asynq.RevokeTask))
+			holder := dlock.New(e.srv.Client(t))
+			t.Cleanup(func() { _ = holder.Close() })
+			if _, err := holder.Acquire(ctx, "account:1"); err != nil {
+				t.Fatal(err)
+			}
+			faulted := make(chan error, 1)
+			go func() {
+				time.Sleep(300 * time.Millisecond) // the task waits in line
+				faulted <- tc.fault(e)
+			}()
+			err := h.ProcessTask(ctx, asynq.NewTask("account:deduct", []byte(`{"account_id":"1"}`)))
+			if ferr := <-faulted; ferr != nil {
+				t.Fatal(ferr)
+			}
+			var le *asynqlock.ErrLocked
+			if errors.As(err, &le) || errors.Is(err, asynq.RevokeTask) || !asynqlock.IsFailure(err) || !errors.Is(err, dlock.ErrUnavailable) {
+				t.Fatalf("store %s during the wait: err = %v (busy %v, RevokeTask %v, IsFailure %v); "+
+					"want a failure wrapping dlock.ErrUnavailable, not a busy lock",
+					tc.name, err, errors.As(err, &le), errors.Is(err, asynq.RevokeTask), asynqlock.IsFailure(err))
+			}
+			if ran.Load() != 0 {
+				t.Fatal("handler ran without the lock")
+			}
+		})
+	}
+}

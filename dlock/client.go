@@ -92,7 +92,8 @@ func (c *Client) beginWait() bool {
 // of key from this Client (see WithLock), Acquire re-enters it instead.
 //
 // Errors: ErrInvalidKey; an error matching both ErrNotObtained and ctx.Err() when ctx ended
-// first; ErrUnavailable wrapping Redis errors; *CompletedError with SkipCompleted; ErrClosed.
+// first; ErrUnavailable wrapping Redis errors, also (with ctx.Err()) when ctx ended while
+// Redis did not answer; *CompletedError with SkipCompleted; ErrClosed.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, opts)
 }

@@ -92,7 +92,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			case <-timer.C:
 			case <-ctx.Done():
 				c.cleanup(ctx, r, nil)
-				return g, &waitError{ctxErr: ctx.Err()}
+				return g, c.waitEnded(ctx, r.key)
 			case <-c.closing:
 				c.cleanup(ctx, r, nil) // Close waits for it
 				return g, ErrClosed
@@ -120,7 +120,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 		select {
 		case <-ctx.Done():
 			c.cleanup(ctx, r, nil)
-			return g, &waitError{ctxErr: ctx.Err()}
+			return g, c.waitEnded(ctx, r.key)
 		case <-c.closing:
 			c.cleanup(ctx, r, nil) // Close waits for it
 			return g, ErrClosed
@@ -223,6 +223,29 @@ func (c *Client) lookErr(ctx context.Context, key string, err error, sent time.T
 	}
 	return &silentStoreError{ctxErr: ctx.Err(), err: err}
 }
+
+// waitEnded is the error of a wait for key whose context ended between two looks at the
+// lock. The last look found it busy, but it may be a while ago (waits hear of releases by
+// message, and look only every retry interval): the store may have stopped answering since.
+// Unless it answered this Client within storeSilence, a probe is sent, bounded by
+// storeSilence as in lookErr. Answered, the wait ran out (ErrNotObtained and the context's
+// error); unanswered, the store is what failed (ErrUnavailable and the context's error), so
+// a caller does not take an outage for a busy lock.
+func (c *Client) waitEnded(ctx context.Context, key string) error {
+	if c.be.answeredSince(time.Now().Add(-storeSilence)) || c.closed.Load() {
+		return &waitError{ctxErr: ctx.Err()}
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeSilence)
+	answered := c.be.probe(pctx, key)
+	cancel()
+	if answered {
+		return &waitError{ctxErr: ctx.Err()}
+	}
+	return &silentStoreError{ctxErr: ctx.Err(), err: unavailable("wait", errNoAnswer)}
+}
+
+// errNoAnswer is why a store counts as silent when a probe went unanswered.
+var errNoAnswer = errors.New("no answer to a probe sent when the wait ended")
 
 // atDeadline reports whether err is a network timeout that came with ctx's deadline: after
 // it, or at most a millisecond before it.

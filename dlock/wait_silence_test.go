@@ -135,3 +135,60 @@ func TestNoProbeDuringClose(t *testing.T) {
 		t.Fatalf("Acquire with a 300ms deadline returned after %v (Close ran meanwhile); the probe should add at most 100ms", took)
 	}
 }
+
+// A wait whose context ends between two looks at the lock, with Redis silent since the last
+// one (paused, or the server gone), ends with ErrUnavailable and the context's error, not as
+// a busy lock: the last look found the lock busy, but waits hear of releases by message and
+// look only every retry interval, so that look says nothing of the store now. With Redis
+// answering, the same wait ran out: ErrNotObtained.
+func TestStoreSilentBetweenLooksIsUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(context.Context, *redistest.Server) error
+	}{
+		{"answering", nil},
+		{"paused", func(ctx context.Context, s *redistest.Server) error { return s.Pause(ctx, 3*time.Second) }},
+		{"killed", func(_ context.Context, s *redistest.Server) error { return s.Kill() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, rdb, c := setup(t)
+			ctx := testContext(t, 20*time.Second)
+			key := uniqueKey(t)
+			held, err := newClient(t, rdb).Acquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = held.Release(context.Background()) }()
+
+			faulted := make(chan error, 1)
+			go func() {
+				time.Sleep(300 * time.Millisecond) // the waiter is in line, between looks
+				if tc.fault == nil {
+					faulted <- nil
+					return
+				}
+				faulted <- tc.fault(ctx, srv)
+			}()
+			wctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond) // under the 1 s retry interval
+			lk, err := c.Acquire(wctx, key)
+			cancel()
+			if ferr := <-faulted; ferr != nil {
+				t.Fatal(ferr)
+			}
+			if err == nil {
+				_ = lk.Release(ctx)
+				t.Fatal("obtained a held lock")
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want it to match the context's error", err)
+			}
+			busy, down := errors.Is(err, dlock.ErrNotObtained), errors.Is(err, dlock.ErrUnavailable)
+			if tc.fault == nil && (!busy || down) {
+				t.Errorf("Redis answering: err = %v (ErrNotObtained=%v, ErrUnavailable=%v); want a wait that ran out", err, busy, down)
+			}
+			if tc.fault != nil && (busy || !down) {
+				t.Errorf("Redis %s: err = %v (ErrNotObtained=%v, ErrUnavailable=%v); want ErrUnavailable, not a busy lock", tc.name, err, busy, down)
+			}
+		})
+	}
+}
