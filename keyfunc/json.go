@@ -22,7 +22,9 @@ const MaxJSONDepth = 64
 const maxExponentDigits = 9
 
 // parseJSON decodes one JSON value with exact numbers (json.Number), after checking depth.
-// Duplicate object members keep the last value, as encoding/json does for handlers.
+// An object with a member name twice is refused with ErrInvalid: encoding/json gives a
+// handler the last scalar, but merges repeated objects into a struct field and replaces them
+// in a map, so no key could be sure to name what the handler acts on.
 func parseJSON(body []byte) (any, error) {
 	// encoding/json turns invalid UTF-8 into U+FFFD, which would give "\xff" and "\xfe" one
 	// key; such a body is not JSON (RFC 8259 requires UTF-8), so it is refused.
@@ -34,14 +36,19 @@ func parseJSON(body []byte) (any, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := decodeValue(dec)
+	if err != nil {
 		// The decoder's message quotes the offending byte: only its offset is told.
-		var syntax *json.SyntaxError
+		var (
+			syntax *json.SyntaxError
+			dup    *repeatedMemberError
+		)
 		switch {
+		case errors.As(err, &dup):
+			return nil, err
 		case errors.As(err, &syntax):
 			return nil, fmt.Errorf("%w: invalid JSON at byte %d", ErrMalformedBody, syntax.Offset)
-		case errors.Is(err, io.ErrUnexpectedEOF):
+		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 			return nil, fmt.Errorf("%w: JSON cut short", ErrMalformedBody)
 		}
 		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformedBody)
@@ -50,6 +57,55 @@ func parseJSON(body []byte) (any, error) {
 		return nil, fmt.Errorf("%w: data after the JSON value", ErrMalformedBody)
 	}
 	return v, nil
+}
+
+// repeatedMemberError is an object with a member name twice; it matches ErrInvalid.
+type repeatedMemberError struct{ offset int64 }
+
+func (e *repeatedMemberError) Error() string {
+	return fmt.Sprintf("keyfunc: invalid value: object member repeated at byte %d", e.offset)
+}
+
+func (e *repeatedMemberError) Is(target error) bool { return target == ErrInvalid }
+
+// decodeValue reads the next JSON value token by token into the types json.Decoder.Decode
+// gives an any (with UseNumber), refusing repeated object members.
+func decodeValue(dec *json.Decoder) (any, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch tok {
+	case json.Delim('{'):
+		obj := map[string]any{}
+		for dec.More() {
+			name, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			k, _ := name.(string) // the decoder only gives strings as member names
+			if _, dup := obj[k]; dup {
+				return nil, &repeatedMemberError{offset: dec.InputOffset()}
+			}
+			if obj[k], err = decodeValue(dec); err != nil {
+				return nil, err
+			}
+		}
+		_, err := dec.Token() // '}'
+		return obj, err
+	case json.Delim('['):
+		arr := []any{}
+		for dec.More() {
+			el, err := decodeValue(dec)
+			if err != nil {
+				return nil, err
+			}
+			arr = append(arr, el)
+		}
+		_, err := dec.Token() // ']'
+		return arr, err
+	}
+	return tok, nil // string, json.Number, bool or nil
 }
 
 // checkDepth scans body for object/array nesting deeper than limit, skipping strings.

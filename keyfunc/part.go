@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"mime"
 	"reflect"
 	"strconv"
 	"strings"
@@ -168,26 +169,57 @@ func JSON(path string) Part {
 	})
 }
 
-// Form is a form field: the adapter's own value (KindForm) when it serves one, otherwise
-// the field parsed from the body as application/x-www-form-urlencoded (first value). Pairs
-// that do not parse (a bad escape, a ';') are skipped, as net/http's ParseForm skips them
-// for the handler. An adapter that decodes multipart forms should serve them through
-// KindForm. Cap: DefaultMaxBodyLen.
+// Form is a form field as a handler reads it, from the body or from the query: whichever
+// has it, and ErrInvalid when both have it with different values, since handlers differ in
+// which they read first (net/http's FormValue takes the query first for multipart bodies and
+// the body first for urlencoded ones; Gin's c.PostForm reads the body only).
+//
+// The body's value is the adapter's own (KindForm) when it serves one; otherwise the field
+// parsed from the body as application/x-www-form-urlencoded (first value), as ParseForm
+// parses it: only when the source names no Content-Type (KindHeader) or names that one, and
+// no method (KindMeta MetaMethod) or POST, PUT or PATCH. A JSON or text/plain body is not
+// read as a form, so a client cannot lock one account with a body the handler never reads.
+// Pairs that do not parse (a bad escape, a ';') are skipped, as ParseForm skips them for
+// the handler. An adapter that decodes multipart forms should serve them through KindForm.
+// Cap: DefaultMaxBodyLen.
 func Form(name string) Part {
 	return newPart(name, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
-		if v, ok := e.src.Value(KindForm, name); ok {
-			return v, true, nil
-		}
-		form, err := e.parsedForm()
+		body, inBody, err := formBodyValue(e, name)
 		if err != nil {
 			return "", false, err
 		}
-		vs, ok := form[name]
-		if !ok || len(vs) == 0 {
+		query, inQuery := e.src.Value(KindQuery, name)
+		switch {
+		case inBody && inQuery && body != query:
+			return "", false, fmt.Errorf("%w: form field in both the query and the body, with different values", ErrInvalid)
+		case inBody:
+			return body, true, nil
+		}
+		return query, inQuery, nil
+	})
+}
+
+// formBodyValue is the first value of form field name in the body; see Form.
+func formBodyValue(e *eval, name string) (string, bool, error) {
+	if v, ok := e.src.Value(KindForm, name); ok {
+		return v, true, nil
+	}
+	if ct, ok := e.src.Value(KindHeader, "Content-Type"); ok {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/x-www-form-urlencoded" {
 			return "", false, nil
 		}
+	}
+	if m, ok := e.src.Value(KindMeta, MetaMethod); ok && m != "POST" && m != "PUT" && m != "PATCH" {
+		return "", false, nil
+	}
+	form, err := e.parsedForm()
+	if err != nil {
+		return "", false, err
+	}
+	if vs := form[name]; len(vs) > 0 {
 		return vs[0], true, nil
-	})
+	}
+	return "", false, nil
 }
 
 // ContextValue is the value stored in the Source's context under key, typically the user or

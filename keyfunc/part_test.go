@@ -104,6 +104,46 @@ func TestFormFromBody(t *testing.T) {
 	}
 }
 
+// Form reads the body as a form only where net/http's ParseForm does (an urlencoded body of a
+// POST, PUT or PATCH; a source that names neither counts as one), falls back to the query,
+// and refuses a field the query and the body give different values.
+func TestFormWhereTheHandlerReadsIt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		src    *MapSource
+		want   string // "" for ErrInvalid
+		absent bool
+	}{
+		{"body, no content type or method", &MapSource{Payload: []byte("a=1")}, "1", false},
+		{"urlencoded POST", &MapSource{Payload: []byte("a=1"),
+			Header: map[string]string{"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"},
+			Meta:   map[string]string{MetaMethod: "POST"}}, "1", false},
+		{"text/plain body", &MapSource{Payload: []byte("a=1"), Header: map[string]string{"Content-Type": "text/plain"}}, "", true},
+		{"JSON body", &MapSource{Payload: []byte("a=1"), Header: map[string]string{"Content-Type": "application/json"}}, "", true},
+		{"urlencoded DELETE", &MapSource{Payload: []byte("a=1"),
+			Header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"},
+			Meta:   map[string]string{MetaMethod: "DELETE"}}, "", true},
+		{"query only", &MapSource{Query: map[string]string{"a": "2"}}, "2", false},
+		{"text/plain body, query", &MapSource{Payload: []byte("a=1"), Query: map[string]string{"a": "2"},
+			Header: map[string]string{"Content-Type": "text/plain"}}, "2", false},
+		{"same in both", &MapSource{Payload: []byte("a=1"), Query: map[string]string{"a": "1"}}, "1", false},
+		{"differ", &MapSource{Payload: []byte("a=1"), Query: map[string]string{"a": "2"}}, "", false},
+		{"adapter's form differs from query", &MapSource{Form: map[string]string{"a": "1"}, Query: map[string]string{"a": "2"}}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Join(Form("a").Optional()).Key(tc.src)
+			switch {
+			case tc.absent && (err != nil || got != missingMarker):
+				t.Errorf("key %q, %v; want the field absent", got, err)
+			case !tc.absent && tc.want == "" && !errors.Is(err, ErrInvalid):
+				t.Errorf("key %q, %v; want ErrInvalid", got, err)
+			case !tc.absent && tc.want != "" && (err != nil || got != tc.want):
+				t.Errorf("key %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
 func TestContextValueTypes(t *testing.T) {
 	var nilStringer *stringerPtr
 	tests := []struct {
