@@ -40,7 +40,8 @@
 //     whose retry runs it again. What is stored is what the handler wrote, even if the
 //     client went away before receiving it, as long as the middleware can tell it is all
 //     of it (one write, as long as its Content-Length, or no body with a status of its own
-//     such as a 201 with a Location); a stream cut short is not stored. A response that a
+//     such as a 201 with a Location); a stream cut short, or a body whose render failed
+//     part-way (gin records the error and aborts), is not stored. A response that a
 //     ginlock middleware nested inside another one made itself (its 409 for a busy account
 //     lock, say) is never stored by the outer one.
 //   - The handler's context (c.Request.Context()) carries the lock: a nested dlock Acquire

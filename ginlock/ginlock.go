@@ -227,7 +227,7 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 	origWriter := c.Writer
 	var rec *recorder
 	if replay {
-		rec = newRecorder(origWriter, m.headers, m.cfg.maxReplayBody)
+		rec = newRecorder(c, m.headers, m.cfg.maxReplayBody)
 		c.Writer = rec
 	}
 	outer, _ := FromContext(c) // a lock of an enclosing ginlock, if any
@@ -246,8 +246,8 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 }
 
 // finish ends the hold: Complete (store and release in one step) for a storable response,
-// Release otherwise. Nothing is stored after a panic, once the lock was lost, or when a
-// ginlock middleware inside this one answered the request itself.
+// Release otherwise. Nothing is stored after a panic, once the lock was lost, when a ginlock
+// middleware inside this one answered the request itself, or for a request no route matched.
 func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock.Lock, rec *recorder,
 	fp requestPrint, returned bool) {
 	// Not the request's cancellation: a client that went away must not leave the lock held
@@ -269,10 +269,12 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	if rec != nil && origCtx.Err() != nil {
 		rec.clientGone() // a stream may have stopped short for it, without a failed write
 	}
-	if rec != nil && len(c.Errors) > 0 {
-		rec.chainErrors = true
+	if rec != nil {
+		rec.chainDone(len(c.Errors), c.IsAborted())
 	}
-	if returned && rec != nil && !c.GetBool(rejectedKey{}) && m.cfg.storable(rec.ResponseWriter.Status()) {
+	// An unmatched route (engine-wide use) is answered by gin after the chain returns, with a
+	// body the recorder never sees: nothing to store.
+	if returned && rec != nil && !c.GetBool(rejectedKey{}) && c.FullPath() != "" && m.cfg.storable(rec.ResponseWriter.Status()) {
 		if r, ok := rec.record(); ok {
 			r.fingerprint = fp.sum()
 			if err := lock.Complete(ctx, r.marshal(), m.cfg.retention); err != nil {

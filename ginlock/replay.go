@@ -18,7 +18,8 @@ const ReplayedHeader = "Idempotent-Replayed"
 var bodyHash = keyfunc.Join(keyfunc.BodyHash())
 
 // requestPrint is what a request asks for, as its fingerprint covers it: method, route, path
-// (decoded, as Gin routes it, so path parameters count however they are spelled), query
+// (decoded and cleaned, as Gin routes it, so path parameters count however they are spelled:
+// /accounts/%31 and /accounts//1 are /accounts/1), query
 // (decoded, parameters sorted by name) and canonical body. A replay is served only to a
 // request with the same fingerprint.
 type requestPrint struct{ method, route, path, query, body string }
@@ -29,7 +30,7 @@ func fingerprint(c *gin.Context, src *Source) (requestPrint, error) {
 		return requestPrint{}, err
 	}
 	u := c.Request.URL
-	return requestPrint{c.Request.Method, c.FullPath(), u.Path, u.Query().Encode(), body}, nil
+	return requestPrint{c.Request.Method, c.FullPath(), cleanPath(u.Path), u.Query().Encode(), body}, nil
 }
 
 // sum is the fingerprint stored with a response: SHA-256 of the print's fields.

@@ -2,6 +2,7 @@ package ginlock
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/http"
 	"strconv"
@@ -23,18 +24,27 @@ type recorder struct {
 	outerEncoding bool        // Content-Encoding was set outside the chain
 	header        http.Header // the kept headers, taken when the response started
 	body          []byte
+	head          bool // a HEAD request: a Content-Length need not match the body
 	writes        int  // Write calls with a body
 	writeFailed   bool // a write to the client failed
 	chainErrors   bool // the chain recorded errors (c.Error), as gin does when a render fails
+	renderFailed  bool // after the body started, the chain recorded an error and aborted
+	errorsAtBody  int  // errors the chain had recorded when the body started
+	errorCount    func() int
 	gone          bool // the request's context ended before the handler returned
 	flushed       bool // the handler flushed: it streams
 	overflow      bool
 	hijacked      bool
 }
 
-func newRecorder(w gin.ResponseWriter, names []string, max int) *recorder {
+// newRecorder wraps c's writer. It counts c.Errors when the body starts, so that finish can
+// tell a render that failed part-way (gin records the error and aborts) from errors a handler
+// recorded before it answered.
+func newRecorder(c *gin.Context, names []string, max int) *recorder {
+	w := c.Writer
 	_, outer := w.Header()["Content-Encoding"]
-	return &recorder{ResponseWriter: w, names: names, max: max, outerEncoding: outer}
+	return &recorder{ResponseWriter: w, names: names, max: max, outerEncoding: outer,
+		head: c.Request.Method == http.MethodHead, errorCount: func() int { return len(c.Errors) }}
 }
 
 // started takes the headers once, just before they go out.
@@ -76,27 +86,45 @@ func (w *recorder) WriteHeaderNow() {
 
 func (w *recorder) Write(p []byte) (int, error) {
 	w.started()
-	w.keep(p)
 	n, err := w.ResponseWriter.Write(p)
-	w.wrote(len(p), err)
+	w.wrote(p, err)
 	return n, err
 }
 
 func (w *recorder) WriteString(s string) (int, error) {
 	w.started()
-	w.keep([]byte(s))
 	n, err := w.ResponseWriter.WriteString(s)
-	w.wrote(len(s), err)
+	w.wrote([]byte(s), err)
 	return n, err
 }
 
-func (w *recorder) wrote(n int, err error) {
-	if n > 0 {
+// wrote keeps what the handler wrote. Bytes net/http refused because the status has no body
+// (a 204, a 304) are neither kept nor a failure: the client got the whole answer.
+func (w *recorder) wrote(p []byte, err error) {
+	if errors.Is(err, http.ErrBodyNotAllowed) {
+		return
+	}
+	if len(p) > 0 {
+		if w.writes == 0 && w.errorCount != nil {
+			w.errorsAtBody = w.errorCount()
+		}
 		w.writes++
 	}
+	w.keep(p)
 	if err != nil {
 		w.writeFailed = true
 	}
+}
+
+// chainDone records what the chain left behind when it returned: whether it recorded errors,
+// and whether, after the body started and with no write failed, it recorded one and aborted,
+// which is what gin's c.Render does when a render fails part-way (c.DataFromReader whose
+// reader fails, a template that errors): the body may then be cut short although every write
+// went out. After a failed write, the error gin records is that write's, and the rules of
+// complete for a failed write apply.
+func (w *recorder) chainDone(errs int, aborted bool) {
+	w.chainErrors = errs > 0
+	w.renderFailed = w.writes > 0 && !w.writeFailed && aborted && errs > w.errorsAtBody
 }
 
 // clientGone records that the request's context ended before the handler returned: a
@@ -105,28 +133,44 @@ func (w *recorder) wrote(n int, err error) {
 // be cut short. The body then counts as complete only by the rules after a failed write.
 func (w *recorder) clientGone() { w.gone = true }
 
-// complete reports whether the kept body is all the handler meant to send. Without a failed
-// write (or the client gone) it is. After one, the handler may have stopped writing (a
-// stream, c.DataFromReader, c.File): the body is complete when it has its Content-Length, or,
-// without one, when the handler wrote it in a single call (c.JSON, c.String, c.Data), which
-// was kept whole, unless it flushed with its client gone: a stream's first chunk is one
-// write too. An answer without a body and with a status of its own (201 with a Location, a
-// 303 after a POST, a 204) is complete: nothing was cut short. An empty 200 is not taken
-// for one then: it is also what a stream that stopped before its first chunk leaves; nor is
-// an empty answer of a chain that recorded an error (a c.DataFromReader whose reader failed
-// before its first byte sets its status and records the failure).
+// complete reports whether the kept body is all the handler meant to send. A body that
+// differs from the Content-Length the handler announced is not (a reader that failed
+// part-way, a length set by hand). Nor is one whose render failed after it started
+// (renderFailed). Otherwise, without a failed write (or the client gone), it is. After one,
+// the handler may have stopped writing (a stream, c.DataFromReader, c.File): the body is
+// complete when it has its Content-Length, or, without one, when the handler wrote it in a
+// single call (c.JSON, c.String, c.Data), which was kept whole, unless it flushed with its
+// client gone: a stream's first chunk is one write too. An answer without a body and with a
+// status of its own (201 with a Location, a 303 after a POST, a 204) is complete: nothing
+// was cut short. An empty 200 is not taken for one then: it is also what a stream that
+// stopped before its first chunk leaves; nor is an empty answer of a chain that recorded an
+// error (a c.DataFromReader whose reader failed before its first byte sets its status and
+// records the failure).
 func (w *recorder) complete() bool {
+	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" && !w.head && bodyAllowed(w.ResponseWriter.Status()) {
+		if n, err := strconv.Atoi(cl); err != nil || n != len(w.body) {
+			return false
+		}
+		if !w.renderFailed {
+			return true
+		}
+	}
+	if w.renderFailed {
+		return false
+	}
 	if !w.writeFailed && !w.gone {
 		return true
-	}
-	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" {
-		n, err := strconv.Atoi(cl)
-		return err == nil && n == len(w.body)
 	}
 	if w.writes == 0 && !w.flushed {
 		return w.ResponseWriter.Status() != http.StatusOK && !w.chainErrors
 	}
 	return w.writes == 1 && !(w.gone && w.flushed)
+}
+
+// bodyAllowed reports whether a response with status may have a body (RFC 9110: not 1xx,
+// 204 or 304).
+func bodyAllowed(status int) bool {
+	return status >= 200 && status != http.StatusNoContent && status != http.StatusNotModified
 }
 
 func (w *recorder) Flush() {
