@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -48,6 +49,11 @@ type lease struct {
 type bound struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// from and lk are the arguments of the WithLock call, and out what it returned: a call
+	// with the same (comparable) context and lock returns out again (see WithLock).
+	from context.Context
+	lk   *Lock
+	out  context.Context
 }
 
 // Lock is one hold of a distributed lock. The first Acquire of a key makes the outermost hold;
@@ -140,22 +146,35 @@ func (l *lease) end(cause error) bool {
 	return true
 }
 
-// bind makes ctx (with its cancel) end when the lease ends, or ends it now if the lease has
+// bind makes b.ctx (with b.cancel) end when the lease ends, or ends it now if the lease has
 // ended already. Contexts that ended on their own are dropped as the list grows, so a lease
 // held for long by many short requests keeps only the live ones.
-func (l *lease) bind(ctx context.Context, cancel context.CancelCauseFunc) {
+func (l *lease) bind(b bound) {
 	l.mu.Lock()
 	if l.ended {
 		cause := l.cause
 		l.mu.Unlock()
-		cancel(cause)
+		b.cancel(cause)
 		return
 	}
 	if len(l.bound) == cap(l.bound) {
 		l.bound = slices.DeleteFunc(l.bound, func(b bound) bool { return b.ctx.Err() != nil })
 	}
-	l.bound = append(l.bound, bound{ctx: ctx, cancel: cancel})
+	l.bound = append(l.bound, b)
 	l.mu.Unlock()
+}
+
+// boundFrom returns the live context WithLock made from ctx for lk, or nil. ctx must be of
+// a comparable type.
+func (l *lease) boundFrom(ctx context.Context, lk *Lock) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range l.bound {
+		if b.lk == lk && b.from == ctx && b.ctx.Err() == nil {
+			return b.out
+		}
+	}
+	return nil
 }
 
 // err is nil while the lease is live, else its cause.
@@ -414,11 +433,24 @@ type held struct {
 // returned, the context is done. Acquire of the same key on the same Client with this context
 // re-enters lk instead of waiting for it. Give this context to the work done under the lock,
 // so a lost lock stops that work.
+//
+// The lease keeps each context it returned until that context or the lease ends. A call with
+// the same ctx and lk as an earlier one whose context is live returns that context again, so
+// a loop that derives a context per unit of work from one long-lived ctx under a long-held
+// lock does not accumulate them.
 func WithLock(ctx context.Context, lk *Lock) context.Context {
+	var from context.Context
+	if reflect.TypeOf(ctx).Comparable() {
+		if out := lk.l.boundFrom(ctx, lk); out != nil {
+			return out
+		}
+		from = ctx
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	lk.l.bind(cctx, cancel)
 	prev, _ := ctx.Value(ctxKey{}).(*held)
-	return context.WithValue(cctx, ctxKey{}, &held{lk: lk, next: prev})
+	out := context.WithValue(cctx, ctxKey{}, &held{lk: lk, next: prev})
+	lk.l.bind(bound{ctx: cctx, cancel: cancel, from: from, lk: lk, out: out})
+	return out
 }
 
 // FromContext returns the innermost lock that ctx carries (see WithLock), for its fencing

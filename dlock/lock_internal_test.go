@@ -19,10 +19,10 @@ func TestLeaseBindDropsEndedContexts(t *testing.T) {
 	l := newLease(nil, "k", "o", 1, time.Minute, false)
 	live, cancelLive := context.WithCancelCause(context.Background())
 	defer cancelLive(nil)
-	l.bind(live, cancelLive)
+	l.bind(bound{ctx: live, cancel: cancelLive})
 	for range 1000 {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		l.bind(ctx, cancel)
+		l.bind(bound{ctx: ctx, cancel: cancel})
 		cancel(nil)
 	}
 	l.mu.Lock()

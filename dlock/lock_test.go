@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -185,4 +186,59 @@ func TestRefreshShortTTLMovesRenewal(t *testing.T) {
 	if err := lk.Err(); err != nil {
 		t.Fatalf("lock lost after Refresh(500ms): %v", err)
 	}
+}
+
+// A lock held for long (a leader, a singleton job) whose holder derives a context per unit of
+// work with WithLock from one long-lived context: the same context comes back, so the lease
+// keeps nothing per call. A context derived from another parent is a new one, and every one
+// of them ends when the lock is released.
+func TestWithLockFromSameContextDoesNotAccumulate(t *testing.T) {
+	_, _, c := setup(t)
+	service, stop := context.WithCancel(context.Background())
+	defer stop()
+	lk, err := c.Acquire(service, uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := dlock.WithLock(service, lk)
+	if again := dlock.WithLock(service, lk); again != first {
+		t.Error("WithLock with the same context and lock made a new context")
+	}
+	work := func(n int) {
+		for range n {
+			if got, ok := dlock.FromContext(dlock.WithLock(service, lk)); !ok || got != lk {
+				t.Fatal("the lock is not carried")
+			}
+		}
+	}
+	work(1000)
+	before := heapAlloc()
+	const n = 50_000
+	work(n)
+	if per := float64(int64(heapAlloc())-int64(before)) / n; per > 16 {
+		t.Errorf("each WithLock from the same context keeps %.0f bytes until the lock is released", per)
+	}
+
+	other, cancelOther := context.WithCancel(service)
+	defer cancelOther()
+	second := dlock.WithLock(other, lk)
+	if second == first {
+		t.Error("WithLock from another context returned the first one's context")
+	}
+	if err := lk.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, ctx := range []context.Context{first, second} {
+		wantDone(t, ctx, dlock.ErrNotHeld, "a WithLock context after Release")
+	}
+	// After the lease, a new call gives an ended context, not a live one kept from before.
+	wantDone(t, dlock.WithLock(service, lk), dlock.ErrNotHeld, "WithLock after Release")
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }

@@ -197,9 +197,12 @@ func (s *subscriber) send(conn *psConn) {
 			err = s.connected(conn, err)
 		} else if err != nil && op.cs != nil {
 			s.mu.Lock()
-			conn.unsent(op)
+			conn.unsent(op.cs)
 			if conn.chans[op.channel] == op.cs {
 				delete(conn.chans, op.channel)
+				// go-redis keeps a channel whose SUBSCRIBE failed on its list, and subscribes
+				// it again when it reconnects: take it off, in order with later changes.
+				s.queueLocked(conn, &subOp{channel: op.channel, done: make(chan struct{})})
 				s.idleLocked(conn)
 			}
 			s.mu.Unlock()
@@ -261,16 +264,18 @@ func (s *subscriber) connected(conn *psConn, err error) error {
 	return err
 }
 
-// unsent takes a SUBSCRIBE that failed off the list of those awaiting confirmation.
-func (c *psConn) unsent(op *subOp) {
-	sent := c.sent[op.channel]
-	if i := slices.Index(sent, op.cs); i >= 0 {
+// unsent takes a channel state off the list of those awaiting confirmation: its SUBSCRIBE
+// failed, or the state ended (unsubscribed) before a confirmation came.
+func (c *psConn) unsent(cs *chanState) {
+	channel := cs.sub.channel
+	sent := c.sent[channel]
+	if i := slices.Index(sent, cs); i >= 0 {
 		sent = slices.Delete(sent, i, i+1)
 	}
 	if len(sent) == 0 {
-		delete(c.sent, op.channel)
+		delete(c.sent, channel)
 	} else {
-		c.sent[op.channel] = sent
+		c.sent[channel] = sent
 	}
 }
 
@@ -454,6 +459,13 @@ func (s *subscriber) unsubscribe(conn *psConn, channel string, cs *chanState) {
 		return
 	}
 	delete(conn.chans, channel)
+	// A state still unconfirmed after linger lost its confirmation (a connection that
+	// stopped delivering, then reconnected: go-redis subscribes again only the channels it
+	// still has). Left on the list, it would take the confirmation of the channel's next
+	// SUBSCRIBE, whose listeners would then never be ready. A confirmation that was only
+	// late (Redis paused past linger) may then mark the next state ready a moment early: a
+	// wait then relies on its next look, as when a message is lost.
+	conn.unsent(cs)
 	s.queueLocked(conn, &subOp{channel: channel, done: make(chan struct{})})
 	s.idleLocked(conn)
 }

@@ -1,0 +1,314 @@
+package dlock_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
+)
+
+// The pub/sub connection breaks and cannot be re-dialled for a while (here: Redis refuses new
+// connections, maxclients), while commands still go through on pooled connections. Waits
+// that begin then cannot subscribe and poll instead, as documented. Once the connection is
+// back and those waits are long over, their channels must not stay subscribed: nobody in the
+// process listens to them, and nothing will ever unsubscribe them while the connection is in
+// use for other keys.
+func TestFailedSubscribeLeavesNoSubscription(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	rdbA := srv.Client(t)
+	rdbB := srv.Client(t)
+	ctx := context.Background()
+	retry := 100 * time.Millisecond
+	a, b := pinnedPair(t, rdbA, rdbB, retry)
+	if msg := pollUntil(5*time.Second, func() string {
+		if len(channelsMatching(t, admin, "*pin*")) == 0 {
+			return "pin not subscribed"
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	// Warm b's command pool so that its waits need no new connection.
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() { _ = rdbB.Ping(ctx).Err() })
+	}
+	wg.Wait()
+
+	// Refuse new connections, then break b's pub/sub connection.
+	normal, ps := connectionCounts(t, admin)
+	t.Logf("clients: %d normal, %d pub/sub", normal, ps)
+	if err := admin.ConfigSet(ctx, "maxclients", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Waits on other keys while the pub/sub connection is down.
+	const n = 20
+	var holds []*dlock.Lock
+	for i := range n {
+		lk, err := a.Acquire(ctx, fmt.Sprintf("outage-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds = append(holds, lk)
+	}
+	for i := range n {
+		wg.Go(func() {
+			wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			defer cancel()
+			_, err := b.Acquire(wctx, fmt.Sprintf("outage-%d", i))
+			if err == nil {
+				t.Errorf("outage-%d: obtained a held lock", i)
+			}
+		})
+	}
+	wg.Wait()
+	for _, lk := range holds {
+		_ = lk.Release(ctx)
+	}
+
+	// The connection comes back.
+	if err := admin.ConfigSet(ctx, "maxclients", "10000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if msg := pollUntil(10*time.Second, func() string {
+		if len(channelsMatching(t, admin, "*pin*")) == 0 {
+			return "pin not subscribed again"
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	// Every outage wait ended seconds ago; their channels linger one second at most.
+	var left []string
+	msg := pollUntil(8*time.Second, func() string {
+		left = channelsMatching(t, admin, "*outage-*")
+		if len(left) > 0 {
+			return fmt.Sprintf("%d channels of waits long over still subscribed, e.g. %v", len(left), left[:min(3, len(left))])
+		}
+		return ""
+	})
+	if msg != "" {
+		t.Error(msg)
+	}
+}
+
+// ctlConn is a connection whose writes, once it has carried a SUBSCRIBE, can be swallowed (a
+// network that stops delivering), and which records what was written to it.
+type ctlConn struct {
+	net.Conn
+	d   *ctlDialer
+	sub atomic.Bool
+}
+
+type ctlDialer struct {
+	blackhole atomic.Bool
+	mu        sync.Mutex
+	subConns  []*ctlConn
+	written   strings.Builder
+}
+
+func (d *ctlDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &ctlConn{Conn: c, d: d}, nil
+}
+
+func (c *ctlConn) Write(p []byte) (int, error) {
+	if strings.Contains(strings.ToLower(string(p)), "subscribe") && !c.sub.Swap(true) {
+		c.d.mu.Lock()
+		c.d.subConns = append(c.d.subConns, c)
+		c.d.mu.Unlock()
+	}
+	if c.sub.Load() {
+		c.d.mu.Lock()
+		c.d.written.Write(p)
+		c.d.mu.Unlock()
+		if c.d.blackhole.Load() {
+			return len(p), nil
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+func (d *ctlDialer) wrote(s string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return strings.Contains(d.written.String(), s)
+}
+
+// breakSubConns closes the pub/sub connections: go-redis re-dials and subscribes again.
+func (d *ctlDialer) breakSubConns() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.subConns {
+		_ = c.Conn.Close()
+	}
+	d.subConns = nil
+}
+
+// handOff makes a hold the lock for key, starts a waiter on w with 10 s to get it, releases
+// after 200 ms and returns the waiter's error. With the retry interval of the test (30 s),
+// only the release message can hand the lock over in time: a waiter whose subscription is
+// never taken for ready does not act on the message before its next look.
+func handOff(t *testing.T, a, w *dlock.Client, key string) error {
+	t.Helper()
+	ctx := context.Background()
+	h, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		lk, err := w.Acquire(wctx, key)
+		if err == nil {
+			_ = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-got
+	time.Sleep(1500 * time.Millisecond) // past the channel's linger
+	return err
+}
+
+// A SUBSCRIBE that got no confirmation because the pub/sub connection broke (its writes
+// lost on the way, then the connection reset), for a channel unsubscribed before go-redis
+// re-dialled, must not be remembered as awaiting confirmation: otherwise the next
+// subscription of that channel takes its confirmation, is never marked ready, and every wait
+// on the key from then on waits a full retry interval for the hand-off instead of the message.
+func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
+	srv := redistest.Start(t)
+	d := &ctlDialer{}
+	rdbA := srv.Client(t)
+	rdbB := srv.Client(t, func(o *redis.Options) { o.Dialer = d.dial })
+	ctx := context.Background()
+	const retry = 30 * time.Second
+	a, b := pinnedPair(t, rdbA, rdbB, retry)
+	time.Sleep(300 * time.Millisecond)
+
+	if err := handOff(t, a, b, "x"); err != nil {
+		t.Fatalf("before: hand-off: %v", err)
+	}
+
+	// The network stops delivering b's pub/sub writes; a wait on x subscribes and gives up;
+	// x is unsubscribed after its linger; then the connection resets and go-redis re-dials.
+	h, err := a.Acquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	d.written.Reset()
+	d.mu.Unlock()
+	d.blackhole.Store(true)
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, _ = b.Acquire(wctx, "x")
+	cancel()
+	if msg := pollUntil(5*time.Second, func() string {
+		if !d.wrote("unsubscribe") || !d.wrote("$9\r\nsubscribe") {
+			return "x not unsubscribed"
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	d.blackhole.Store(false)
+	d.breakSubConns()
+	_ = h.Release(ctx)
+	time.Sleep(time.Second) // re-dialled, pin subscribed again
+
+	for i := range 3 {
+		if err := handOff(t, a, b, "x"); err != nil {
+			t.Errorf("hand-off %d of x after the reset: %v (retry interval %v): the subscription is never taken for ready", i, err, retry)
+		}
+	}
+	if err := handOff(t, a, b, "y"); err != nil {
+		t.Errorf("control key y: %v", err)
+	}
+}
+
+// channelsMatching returns the channels Redis has subscribers for, matching pattern.
+func channelsMatching(t testing.TB, rdb *redis.Client, pattern string) []string {
+	t.Helper()
+	chs, err := rdb.PubSubChannels(context.Background(), pattern).Result()
+	if err != nil {
+		t.Fatalf("PUBSUB CHANNELS: %v", err)
+	}
+	return chs
+}
+
+// connectionCounts returns the number of connections Redis has, by type (normal, pub/sub).
+func connectionCounts(t testing.TB, rdb *redis.Client) (normal, pubsub int) {
+	t.Helper()
+	s, err := rdb.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		if strings.Contains(line, "cmd=client|list") {
+			continue
+		}
+		if strings.Contains(line, "sub=0 psub=0") && !strings.Contains(line, "flags=P") {
+			normal++
+		} else {
+			pubsub++
+		}
+	}
+	return normal, pubsub
+}
+
+// pollUntil polls cond every 100 ms until it returns "" or timeout passes; it returns the
+// last non-empty description.
+func pollUntil(timeout time.Duration, cond func() string) string {
+	deadline := time.Now().Add(timeout)
+	for {
+		msg := cond()
+		if msg == "" || time.Now().After(deadline) {
+			return msg
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// pinnedPair makes two Clients, a on rdbA and b on rdbB, and has b wait throughout the test
+// for a lock a holds ("pin"), so b's pub/sub connection stays in use. All of it ends when
+// the test does.
+func pinnedPair(t *testing.T, rdbA, rdbB *redis.Client, retry time.Duration) (a, b *dlock.Client) {
+	t.Helper()
+	a = newClient(t, rdbA, dlock.WithRetryInterval(retry))
+	b = newClient(t, rdbB, dlock.WithRetryInterval(retry))
+	pin, err := a.Acquire(context.Background(), "pin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(context.Background())
+	pinDone := make(chan struct{})
+	go func() { defer close(pinDone); _, _ = b.Acquire(pctx, "pin") }()
+	t.Cleanup(func() {
+		stop()
+		<-pinDone
+		_ = pin.Release(context.Background())
+	})
+	return a, b
+}
