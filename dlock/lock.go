@@ -440,7 +440,7 @@ type held struct {
 // lock does not accumulate them.
 func WithLock(ctx context.Context, lk *Lock) context.Context {
 	var from context.Context
-	if reflect.TypeOf(ctx).Comparable() {
+	if ctx != nil && reflect.TypeOf(ctx).Comparable() {
 		if out := lk.l.boundFrom(ctx, lk); out != nil {
 			return out
 		}

@@ -212,13 +212,9 @@ func (c *Client) lookErr(ctx context.Context, key string, err error, sent time.T
 		if time.Since(sent) < storeSilence || c.be.answeredSince(sent) {
 			return &waitError{ctxErr: ctx.Err()}
 		}
-		if !c.closed.Load() { // Close bounds nothing: no probe then
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeSilence)
-			answered := c.be.probe(pctx, key)
-			cancel()
-			if answered || c.be.answeredSince(sent) {
-				return &waitError{ctxErr: ctx.Err()}
-			}
+		// Close bounds nothing: no probe then.
+		if !c.closed.Load() && c.probeAnswered(ctx, key, sent) {
+			return &waitError{ctxErr: ctx.Err()}
 		}
 	}
 	return &silentStoreError{ctxErr: ctx.Err(), err: err}
@@ -232,16 +228,19 @@ func (c *Client) lookErr(ctx context.Context, key string, err error, sent time.T
 // error); unanswered, the store is what failed (ErrUnavailable and the context's error), so
 // a caller does not take an outage for a busy lock.
 func (c *Client) waitEnded(ctx context.Context, key string) error {
-	if c.be.answeredSince(time.Now().Add(-storeSilence)) || c.closed.Load() {
-		return &waitError{ctxErr: ctx.Err()}
-	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeSilence)
-	answered := c.be.probe(pctx, key)
-	cancel()
-	if answered {
+	recent := time.Now().Add(-storeSilence)
+	if c.be.answeredSince(recent) || c.closed.Load() || c.probeAnswered(ctx, key, recent) {
 		return &waitError{ctxErr: ctx.Err()}
 	}
 	return &silentStoreError{ctxErr: ctx.Err(), err: unavailable("wait", errNoAnswer)}
+}
+
+// probeAnswered sends a probe for key, bounded by storeSilence whatever ctx's state, and
+// reports whether it, or another call of the Client since since, was answered.
+func (c *Client) probeAnswered(ctx context.Context, key string, since time.Time) bool {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeSilence)
+	defer cancel()
+	return c.be.probe(pctx, key) || c.be.answeredSince(since)
 }
 
 // errNoAnswer is why a store counts as silent when a probe went unanswered.

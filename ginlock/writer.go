@@ -147,16 +147,12 @@ func (w *recorder) clientGone() { w.gone = true }
 // error (a c.DataFromReader whose reader failed before its first byte sets its status and
 // records the failure).
 func (w *recorder) complete() bool {
-	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" && !w.head && bodyAllowed(w.ResponseWriter.Status()) {
-		if n, err := strconv.Atoi(cl); err != nil || n != len(w.body) {
-			return false
-		}
-		if !w.renderFailed {
-			return true
-		}
-	}
 	if w.renderFailed {
 		return false
+	}
+	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" && !w.head && bodyAllowed(w.ResponseWriter.Status()) {
+		n, err := strconv.Atoi(cl)
+		return err == nil && n == len(w.body)
 	}
 	if !w.writeFailed && !w.gone {
 		return true
