@@ -33,7 +33,8 @@
 //     cause ErrLockLost when a renewal finds the lock gone or taken, and also when renewals do
 //     not get through before the lease ends on the holder's own clock (measured from when the
 //     acquiring request was sent, minus a drift margin), so the holder knows before Redis can
-//     give the lock to someone else.
+//     give the lock to someone else. A wait whose context ends while Redis does not answer
+//     (checked by a bounded probe) reports ErrUnavailable, not a busy lock.
 //   - Re-entry: an Acquire of the same key on the same Client with a context from WithLock adds
 //     a hold (a field in the lock's Redis hash) instead of deadlocking.
 //   - Fencing tokens: every new lease of a key gets a token above every earlier one, also after

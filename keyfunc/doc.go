@@ -70,6 +70,8 @@
 // decode multipart forms (an adapter may serve them through KindForm). JSON paths cannot
 // name members containing '.'; use From for those. JSON member names match ignoring case, as
 // encoding/json fills a handler's struct, so the key names what the handler reads; a body
-// with two members that match one path segment is refused. Keys are not secret: hashing
+// with two members that match one path segment, or with one member name twice in an object,
+// is refused. Form reads the body only where net/http's ParseForm does, and refuses a field
+// the query and the body give different values. Keys are not secret: hashing
 // hides long values, not short ones (use HashAbove(0) to hash every value of a part).
 package keyfunc
