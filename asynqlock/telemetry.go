@@ -30,13 +30,10 @@ const (
 	OutcomePanicked    = "panicked"    // the key function or the handler panicked; asynq reports it
 )
 
-// Histogram bounds in seconds. The SDK's defaults (0, 5, 10, 25, ...) suit milliseconds and
-// would put every wait and most holds in one bucket. A wait ends within a task's timeout; a
-// hold lasts as long as the handler, which for a task may be an hour.
-var (
-	waitBuckets = dlock.WaitBuckets() // a wait is dlock's wait
-	holdBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600}
-)
+// holdBuckets are the hold histogram's bounds in seconds. The SDK's defaults (0, 5, 10, 25,
+// ...) suit milliseconds and would put most holds in one bucket; a hold lasts as long as the
+// handler, which for a task may be an hour. Waits use dlock's bounds (dlock.WaitBuckets).
+var holdBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600}
 
 type telemetry struct {
 	tracer trace.Tracer
@@ -64,7 +61,7 @@ func newTelemetry(c *config) *telemetry {
 	}
 	if t.wait, err = m.Float64Histogram("asynqlock.lock.wait", metric.WithUnit("s"),
 		metric.WithDescription("Time from the start of a task to the outcome of its lock."),
-		metric.WithExplicitBucketBoundaries(waitBuckets...)); err != nil {
+		metric.WithExplicitBucketBoundaries(dlock.WaitBuckets()...)); err != nil {
 		otel.Handle(err)
 	}
 	if t.hold, err = m.Float64Histogram("asynqlock.lock.hold", metric.WithUnit("s"),

@@ -77,8 +77,8 @@ func (e *waitError) Unwrap() []error { return []error{ErrNotObtained, e.ctxErr} 
 
 // silentStoreError is returned when a wait's context ended while the store was not
 // answering: its look at the lock, or the probe sent when the wait ended between looks. It
-// matches the store's error (ErrUnavailable) and the
-// context's error, and not ErrNotObtained, since nobody knows whether the lock was busy.
+// matches the store's error (ErrUnavailable) and the context's error, and not
+// ErrNotObtained, since nobody knows whether the lock was busy.
 type silentStoreError struct{ ctxErr, err error }
 
 func (e *silentStoreError) Error() string {

@@ -266,11 +266,8 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 		_ = lock.Release(ctx)
 		return
 	}
-	if rec != nil && origCtx.Err() != nil {
-		rec.clientGone() // a stream may have stopped short for it, without a failed write
-	}
 	if rec != nil {
-		rec.chainDone(len(c.Errors), c.IsAborted())
+		rec.chainDone()
 	}
 	// An unmatched route (engine-wide use) is answered by gin after the chain returns, with a
 	// body the recorder never sees: nothing to store.

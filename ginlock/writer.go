@@ -19,18 +19,17 @@ import (
 // compressing middleware outside ginlock) is not kept: the body kept here is not encoded.
 type recorder struct {
 	gin.ResponseWriter
-	names         []string // header names to keep, canonical
+	c             *gin.Context // the request: its method, and the errors its chain records
+	names         []string     // header names to keep, canonical
 	max           int
 	outerEncoding bool        // Content-Encoding was set outside the chain
 	header        http.Header // the kept headers, taken when the response started
 	body          []byte
-	head          bool // a HEAD request: a Content-Length need not match the body
 	writes        int  // Write calls with a body
 	writeFailed   bool // a write to the client failed
 	chainErrors   bool // the chain recorded errors (c.Error), as gin does when a render fails
 	renderFailed  bool // after the body started, the chain recorded an error and aborted
 	errorsAtBody  int  // errors the chain had recorded when the body started
-	errorCount    func() int
 	gone          bool // the request's context ended before the handler returned
 	flushed       bool // the handler flushed: it streams
 	overflow      bool
@@ -41,10 +40,8 @@ type recorder struct {
 // tell a render that failed part-way (gin records the error and aborts) from errors a handler
 // recorded before it answered.
 func newRecorder(c *gin.Context, names []string, max int) *recorder {
-	w := c.Writer
-	_, outer := w.Header()["Content-Encoding"]
-	return &recorder{ResponseWriter: w, names: names, max: max, outerEncoding: outer,
-		head: c.Request.Method == http.MethodHead, errorCount: func() int { return len(c.Errors) }}
+	_, outer := c.Writer.Header()["Content-Encoding"]
+	return &recorder{ResponseWriter: c.Writer, c: c, names: names, max: max, outerEncoding: outer}
 }
 
 // started takes the headers once, just before they go out.
@@ -105,8 +102,8 @@ func (w *recorder) wrote(p []byte, err error) {
 		return
 	}
 	if len(p) > 0 {
-		if w.writes == 0 && w.errorCount != nil {
-			w.errorsAtBody = w.errorCount()
+		if w.writes == 0 {
+			w.errorsAtBody = len(w.c.Errors)
 		}
 		w.writes++
 	}
@@ -116,22 +113,24 @@ func (w *recorder) wrote(p []byte, err error) {
 	}
 }
 
-// chainDone records what the chain left behind when it returned: whether it recorded errors,
-// and whether, after the body started and with no write failed, it recorded one and aborted,
-// which is what gin's c.Render does when a render fails part-way (c.DataFromReader whose
-// reader fails, a template that errors): the body may then be cut short although every write
-// went out. After a failed write, the error gin records is that write's, and the rules of
-// complete for a failed write apply.
-func (w *recorder) chainDone(errs int, aborted bool) {
+// chainDone records what the chain left behind when it returned, with the request's own
+// context back in place:
+//   - whether that context ended: a streaming handler stops when its client goes away
+//     (c.Stream, a select on ctx.Done), and net/http often accepts writes after a
+//     disconnect, so no write has to fail for the body to be cut short; the body then counts
+//     as complete only by the rules after a failed write;
+//   - whether the chain recorded errors;
+//   - whether, after the body started and with no write failed, it recorded one and aborted,
+//     which is what gin's c.Render does when a render fails part-way (c.DataFromReader whose
+//     reader fails, a template that errors): the body may then be cut short although every
+//     write went out. After a failed write, the error gin records is that write's, and the
+//     rules of complete for a failed write apply.
+func (w *recorder) chainDone() {
+	errs := len(w.c.Errors)
+	w.gone = w.c.Request.Context().Err() != nil
 	w.chainErrors = errs > 0
-	w.renderFailed = w.writes > 0 && !w.writeFailed && aborted && errs > w.errorsAtBody
+	w.renderFailed = w.writes > 0 && !w.writeFailed && w.c.IsAborted() && errs > w.errorsAtBody
 }
-
-// clientGone records that the request's context ended before the handler returned: a
-// streaming handler stops when its client goes away (c.Stream, a select on ctx.Done), and
-// net/http often accepts writes after a disconnect, so no write has to fail for the body to
-// be cut short. The body then counts as complete only by the rules after a failed write.
-func (w *recorder) clientGone() { w.gone = true }
 
 // complete reports whether the kept body is all the handler meant to send. A body that
 // differs from the Content-Length the handler announced is not (a reader that failed
@@ -150,7 +149,7 @@ func (w *recorder) complete() bool {
 	if w.renderFailed {
 		return false
 	}
-	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" && !w.head && bodyAllowed(w.ResponseWriter.Status()) {
+	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" && w.c.Request.Method != http.MethodHead && bodyAllowed(w.ResponseWriter.Status()) {
 		n, err := strconv.Atoi(cl)
 		return err == nil && n == len(w.body)
 	}

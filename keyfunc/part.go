@@ -121,9 +121,9 @@ func valuePart(kind Kind, name string, defMax int) Part {
 // or bare (abc). The key must be 1..255 printable ASCII characters (cap: DefaultMaxHeaderLen,
 // see MaxLen); otherwise ErrInvalid or ErrTooLong. A bare key with a comma is two keys (a
 // list, or repeated header lines combined): ErrInvalid; quote a key that holds one. A header
-// sent empty (or only spaces and
-// tabs), as clients do when the variable that should fill it is unset, counts as absent:
-// ErrMissing, or "~" when Optional. Keys using it report UsesIdempotencyKey.
+// sent empty (or only spaces and tabs), as clients do when the variable that should fill it
+// is unset, counts as absent: ErrMissing, or "~" when Optional. Keys using it report
+// UsesIdempotencyKey.
 func IdempotencyKey() Part {
 	p := newPart(IdempotencyKeyHeader, DefaultMaxHeaderLen, func(e *eval) (string, bool, error) {
 		v, ok := e.src.Value(KindHeader, IdempotencyKeyHeader)
