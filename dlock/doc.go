@@ -44,6 +44,8 @@
 //     with SkipCompleted gets the record instead of the lock. Middlewares build idempotent
 //     replay and "done" markers on it.
 //   - Every script runs safely twice, because go-redis retries commands after network errors.
+//     On a Cluster whose slot is being migrated, a release or a waiting Acquire runs its
+//     script again until the slot has moved (Redis answers TRYAGAIN meanwhile), for up to 5 s.
 //
 // # What it does not do
 //

@@ -150,7 +150,11 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 	}
 	args := []any{r.owner, ms(r.ttl), wait, skip, ms(b.live), ms(b.claim), b.pubCmd()}
 	var reply any
-	err := b.call(ctx, func(ctx context.Context) (err error) {
+	call := b.call
+	if r.wait {
+		call = b.callThroughMigration
+	}
+	err := call(ctx, func(ctx context.Context) (err error) {
 		if b.replicas > 0 {
 			reply, err = b.runAcked(ctx, scriptAcquire, luaLib+luaAcquire, keys, args)
 			return err
@@ -307,7 +311,7 @@ func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseRe
 		args = append(args, r.record, ms(r.retention))
 	}
 	var reply any
-	err := b.call(ctx, func(ctx context.Context) (err error) {
+	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
 		reply, err = scriptRelease.Run(ctx, b.rdb, keys, args...).Result()
 		return err
 	})
@@ -345,7 +349,7 @@ func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, er
 	keys, _ := b.keys(r.key)
 	args := []any{r.owner, b.member(r), ms(b.claim), b.pubCmd()}
 	var reply []any
-	err := b.call(ctx, func(ctx context.Context) (err error) {
+	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
 		reply, err = scriptLeave.Run(ctx, b.rdb, keys, args...).Slice()
 		return err
 	})
@@ -617,6 +621,36 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 		return err
 	case <-ctx.Done():
 		return &inFlightError{err: ctx.Err(), finished: finished}
+	}
+}
+
+// migrationWait bounds how long callThroughMigration waits for a slot migration to end.
+const migrationWait = 5 * time.Second
+
+// callThroughMigration is call, run again while Redis answers TRYAGAIN, for at most
+// migrationWait and while ctx lasts. A Cluster answers TRYAGAIN to a script while the slot of
+// its keys is being migrated to another node, because the script names keys that are absent
+// (the line, the record); the script did not run, so running it again is safe. go-redis's own
+// retries end within a fraction of a second, well before a migration of any size does. A
+// release or a hand-back that gave up there would leave the lock held, and its line blocked,
+// until the lease ends; a waiting acquisition is willing to wait anyway. TryAcquire does not
+// wait: it fails with ErrUnavailable.
+func (b *redisBackend) callThroughMigration(ctx context.Context, fn func(context.Context) error) error {
+	start := time.Now()
+	delay := 10 * time.Millisecond
+	for {
+		err := b.call(ctx, fn)
+		if !redis.IsTryAgainError(err) || time.Since(start)+delay > migrationWait {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, 200*time.Millisecond)
 	}
 }
 

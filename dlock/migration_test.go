@@ -1,0 +1,156 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// slotMigration moves the hash slot of a lock key from its master to another one, as
+// `redis-cli --cluster reshard` does: IMPORTING on the target, MIGRATING on the source (from
+// then on Redis answers TRYAGAIN to scripts that name some absent keys), and, at finish, the
+// keys moved with MIGRATE and the slot given to the target on every master.
+type slotMigration struct {
+	t              *testing.T
+	slot           int64
+	source, target *redis.Client
+	sourceID       string
+	targetID       string
+	targetAddr     string
+	masters        []*redis.Client
+}
+
+func startSlotMigration(t *testing.T, ctx context.Context, cl *redistest.Cluster, key string) *slotMigration {
+	t.Helper()
+	src, err := cl.MasterOf(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &slotMigration{t: t}
+	for _, n := range cl.Nodes() {
+		rdb := n.Client(t)
+		m.masters = append(m.masters, rdb)
+		switch {
+		case n == src:
+			m.source = rdb
+		case m.target == nil:
+			m.target, m.targetAddr = rdb, n.Addr()
+		}
+	}
+	if m.slot, err = m.source.ClusterKeySlot(ctx, key).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if m.sourceID, err = m.source.ClusterMyID(ctx).Result(); err != nil {
+		t.Fatal(err)
+	}
+	if m.targetID, err = m.target.ClusterMyID(ctx).Result(); err != nil {
+		t.Fatal(err)
+	}
+	m.do(ctx, m.target, "CLUSTER", "SETSLOT", m.slot, "IMPORTING", m.sourceID)
+	m.do(ctx, m.source, "CLUSTER", "SETSLOT", m.slot, "MIGRATING", m.targetID)
+	return m
+}
+
+func (m *slotMigration) do(ctx context.Context, rdb *redis.Client, args ...any) {
+	m.t.Helper()
+	if err := rdb.Do(ctx, args...).Err(); err != nil {
+		m.t.Errorf("%v on %s: %v", args, rdb.Options().Addr, err)
+	}
+}
+
+// finish moves the slot's keys and hands the slot to the target. It may run in a goroutine:
+// it reports with Errorf.
+func (m *slotMigration) finish(ctx context.Context) {
+	keys, err := m.source.ClusterGetKeysInSlot(ctx, int(m.slot), 100).Result()
+	if err != nil {
+		m.t.Errorf("CLUSTER GETKEYSINSLOT: %v", err)
+		return
+	}
+	if len(keys) > 0 {
+		host, port, _ := strings.Cut(m.targetAddr, ":")
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		m.do(ctx, m.source, args...)
+	}
+	for _, rdb := range m.masters {
+		m.do(ctx, rdb, "CLUSTER", "SETSLOT", m.slot, "NODE", m.targetID)
+	}
+}
+
+// TestSlotMigration: while a lock's slot moves to another node, Redis answers its scripts
+// TRYAGAIN. A release and a waiting Acquire wait the migration out, instead of failing and
+// leaving the lock held (and its line blocked) until the lease ends; TryAcquire does not
+// wait: it is ErrUnavailable. Afterwards the lock works on its new node, tokens still rising.
+func TestSlotMigration(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := testContext(t, 60*time.Second)
+	holder := newClient(t, cl.Client(t))
+	waiter := newClient(t, cl.Client(t))
+	key := uniqueKey(t)
+
+	lk, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startSlotMigration(t, ctx, cl, key)
+
+	if _, err := waiter.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryAcquire during the migration: %v, want ErrUnavailable", err)
+	}
+
+	type result struct {
+		lk  *dlock.Lock
+		err error
+	}
+	waited := make(chan result, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := waiter.Acquire(wctx, key)
+		waited <- result{l, err}
+	}()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		time.Sleep(1500 * time.Millisecond) // past go-redis's own retries
+		m.finish(ctx)
+	}()
+
+	if err := lk.Release(ctx); err != nil {
+		t.Fatalf("release during the migration: %v", err)
+	}
+	<-finished
+	select {
+	case r := <-waited:
+		if r.err != nil {
+			t.Fatalf("Acquire waiting through the migration: %v", r.err)
+		}
+		if r.lk.Token() <= lk.Token() {
+			t.Errorf("token after the migration %d, not above %d", r.lk.Token(), lk.Token())
+		}
+		if err := r.lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter did not get the lock after the migration")
+	}
+
+	// The lock lives on its new node now.
+	again, err := holder.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire after the migration: %v", err)
+	}
+	defer again.Release(ctx)
+	if n, err := m.target.Exists(ctx, fmt.Sprintf("%s:{%s}:lock", dlock.DefaultPrefix, key)).Result(); err != nil || n != 1 {
+		t.Errorf("lock hash on the target node: %d, %v", n, err)
+	}
+}
