@@ -169,6 +169,13 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 		m.log.DebugContext(ctx, "asynqlock: task already done, acknowledged without running",
 			"task_type", task.Type(), "key_hash", dlock.KeyHash(key), "done_by", string(ce.Record))
 		return nil, OutcomeReplayed, nil
+	case ctx.Err() != nil && !errors.Is(err, dlock.ErrUnavailable):
+		// The task's own context ended the wait (a lock of an enclosing layer was lost, the
+		// task was cancelled or ran out of time): that says nothing of who holds the lock, so
+		// it is not busy, and WithBusy must not decide (RevokeTask would drop the task). The
+		// error wraps the context's cause: an enclosing layer reports its loss, and asynq
+		// retries under its normal policy.
+		return nil, OutcomeError, fmt.Errorf("asynqlock: task %q not run: %w", task.Type(), context.Cause(ctx))
 	case errors.Is(err, dlock.ErrNotObtained):
 		locked := &ErrLocked{Key: key, RetryIn: m.cfg.retryIn}
 		if m.cfg.busy != nil {
@@ -227,10 +234,18 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 }
 
 // lost is the task's error when its lease was lost while the handler ran: it wraps lockErr
-// (matching dlock.ErrLockLost) and the handler's own error, if any, and asynq retries it.
+// (matching dlock.ErrLockLost) and the handler's own error, if any, and asynq retries it
+// under the normal policy. A handler error that would steer asynq otherwise (RevokeTask,
+// SkipRetry, or an inner layer's busy *ErrLocked, which IsFailure does not count) is kept as
+// text only: with the lock lost, the handler may not have run alone, whatever it said.
 func (m *middleware) lost(ctx context.Context, task *asynq.Task, keyHash string, lockErr, herr error, span *taskSpan) error {
 	err := fmt.Errorf("asynqlock: task %q lost its lock while running: %w", task.Type(), lockErr)
-	if herr != nil {
+	var locked *ErrLocked
+	switch {
+	case herr == nil:
+	case errors.Is(herr, asynq.RevokeTask), errors.Is(herr, asynq.SkipRetry), errors.As(herr, &locked):
+		err = fmt.Errorf("%w (handler: %v)", err, herr)
+	default:
 		err = fmt.Errorf("%w (handler: %w)", err, herr)
 	}
 	m.log.WarnContext(ctx, "asynqlock: lock lost while the task ran", "task_type", task.Type(), "key_hash", keyHash)

@@ -3,6 +3,7 @@ package asynqlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -211,5 +212,100 @@ func TestReentryIntoLostLockFails(t *testing.T) {
 	var locked *asynqlock.ErrLocked
 	if !errors.Is(err, dlock.ErrLockLost) || errors.As(err, &locked) || !asynqlock.IsFailure(err) || ran.Load() != 0 {
 		t.Fatalf("err = %v, handler ran %d times: want a failure wrapping dlock.ErrLockLost, not busy, no run", err, ran.Load())
+	}
+}
+
+// Two layers, as in the shop's refund worker: an outer one per order, an inner one per
+// account that waits and answers busy with RevokeTask. The outer lease is lost while the
+// inner layer waits for the account: the task must fail as lost and be retried under the
+// normal policy (its retry counted), not be revoked as busy, and then run once.
+func TestOuterLockLostDuringInnerWaitIsRetried(t *testing.T) {
+	e := newEnv(t, dlock.WithLease(300*time.Millisecond))
+	ctx := t.Context()
+	var runs atomic.Int64
+	errs := &errorLog{}
+	cfg := serverConfig(2)
+	cfg.ErrorHandler = errs
+	cfg.RetryDelayFunc = asynqlock.RetryDelay(func(int, error, *asynq.Task) time.Duration { return time.Second })
+	orderKey := keyfunc.Join(keyfunc.Const("order"), keyfunc.JSON("order_id"))
+	inner := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		runs.Add(1)
+		return nil
+	}), e.lock, taskAccountKey, asynqlock.WithWait(5*time.Second), asynqlock.WithBusy(asynq.RevokeTask))
+	mux := asynq.NewServeMux()
+	mux.Handle("refund", asynqlock.Wrap(inner, e.lock, orderKey))
+	e.startServer(t, cfg, mux)
+
+	held, err := e.lock.Acquire(ctx, "account:7") // an HTTP request holds the account
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := e.enqueue(t, e.client(t), asynq.NewTask("refund", []byte(`{"order_id":"o1","account_id":"7"}`)),
+		asynq.MaxRetry(3), asynq.Retention(time.Minute))
+	var orderLock string
+	eventually(t, 10*time.Second, "the task to hold the order and wait for the account", func() bool {
+		for _, k := range locktest.Held(t, e.rdb) {
+			if strings.Contains(k, "order:o1") {
+				orderLock = k
+				return true
+			}
+		}
+		return false
+	})
+	if err := e.rdb.Del(ctx, orderLock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the task's error", func() bool { return len(errs.all()) > 0 })
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	state, got := finalState(t, e.inspector(t), info, 20*time.Second)
+	first := errs.all()[0]
+	var locked *asynqlock.ErrLocked
+	if !errors.Is(first, dlock.ErrLockLost) || errors.Is(first, asynq.RevokeTask) || errors.As(first, &locked) || !asynqlock.IsFailure(first) {
+		t.Fatalf("task error %v: want a failure wrapping dlock.ErrLockLost, neither RevokeTask nor busy", first)
+	}
+	if state != "completed" || got.Retried != 1 || runs.Load() != 1 {
+		t.Fatalf("task %s, Retried %v, handler ran %d times: want it retried once, then run once", state, got, runs.Load())
+	}
+}
+
+// A wait that the task's own context ends (the task is cancelled or an enclosing lock is
+// lost) says nothing of who holds the lock: it is not busy, and WithBusy does not decide.
+// And a handler error that would steer asynq (RevokeTask, SkipRetry, busy) does not decide
+// once the lock was lost: the loss is retried.
+func TestTaskContextEndingIsNotBusy(t *testing.T) {
+	e := newEnv(t, dlock.WithLease(300*time.Millisecond))
+	held, err := e.lock.Acquire(t.Context(), "account:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
+		e.lock, taskAccountKey, asynqlock.WithWait(5*time.Second), asynqlock.WithBusy(asynq.RevokeTask))
+	cause := errors.New("task cancelled")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	time.AfterFunc(300*time.Millisecond, func() { cancel(cause) })
+	err = h.ProcessTask(ctx, asynq.NewTask("account:deduct", []byte(`{"account_id":"1"}`)))
+	var locked *asynqlock.ErrLocked
+	if !errors.Is(err, cause) || errors.Is(err, asynq.RevokeTask) || errors.As(err, &locked) {
+		t.Fatalf("wait ended by the task's context: %v, want an error wrapping its cause, not busy", err)
+	}
+
+	for _, herr := range []error{asynq.RevokeTask, asynq.SkipRetry, &asynqlock.ErrLocked{Key: "account:2", RetryIn: time.Second}} {
+		h := asynqlock.Wrap(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			lk, _ := asynqlock.FromContext(ctx)
+			if err := e.rdb.Del(ctx, "lockguard:{order:o2}:lock").Err(); err != nil {
+				t.Error(err)
+			}
+			<-lk.Done()
+			return fmt.Errorf("handler: %w", herr)
+		}), e.lock, keyfunc.Join(keyfunc.Const("order"), keyfunc.JSON("order_id")))
+		err := h.ProcessTask(t.Context(), asynq.NewTask("refund", []byte(`{"order_id":"o2"}`)))
+		if !errors.Is(err, dlock.ErrLockLost) || errors.Is(err, asynq.RevokeTask) || errors.Is(err, asynq.SkipRetry) ||
+			errors.As(err, &locked) || !asynqlock.IsFailure(err) || !strings.Contains(err.Error(), herr.Error()) {
+			t.Errorf("lock lost, handler returned %v: task error %v, want a lost failure that asynq retries, naming the handler's error", herr, err)
+		}
 	}
 }
