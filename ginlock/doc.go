@@ -66,8 +66,8 @@
 //   - A lost lock is detected by dlock's watchdog, not instantly; work that must not
 //     overlap a successor should pass the fencing token (the Token of the lock FromContext
 //     returns) to the resource it writes. When the handler returns without having answered
-//     (no body, no status of its own), a lost lock is answered 409 with Retry-After;
-//     an answer it gave stands.
+//     (no body, no status of its own), a lost lock is answered 409 with Retry-After and
+//     without the headers the handler set; an answer it gave stands.
 //   - When storing the response fails (Redis down or stalled for about a read timeout after
 //     the handler ran) the lock expires at the end of its lease and a retry runs the handler
 //     again. Replay alone cannot stop a duplicate payment then: the write that moves money

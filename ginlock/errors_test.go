@@ -209,6 +209,23 @@ func TestErrorHandler(t *testing.T) {
 	}
 }
 
+// A middleware before ginlock that sets an API-wide Content-Type does not relabel ginlock's
+// own answers: they stay application/problem+json.
+func TestProblemContentTypeOverridesDefault(t *testing.T) {
+	e := setup(t)
+	r := router()
+	r.Use(func(c *gin.Context) { c.Header("Content-Type", "application/json; charset=utf-8"); c.Next() })
+	r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"ok": 1}) })
+	w := do(r, req{path: "/payments", user: "alice"})
+	if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != ginlock.ProblemContentType {
+		t.Fatalf("no Idempotency-Key: %d, Content-Type %q; want 400 as %s", w.Code, w.Header().Get("Content-Type"), ginlock.ProblemContentType)
+	}
+	w = do(r, req{path: "/payments", body: `{}`, user: "alice", key: idemKey(t)})
+	if w.Code != http.StatusCreated || w.Header().Get("Content-Type") != "application/json; charset=utf-8" {
+		t.Fatalf("handler's answer: %d %q", w.Code, w.Header().Get("Content-Type"))
+	}
+}
+
 func TestNewPanicsOnNil(t *testing.T) {
 	e := setup(t)
 	for name, f := range map[string]func(){

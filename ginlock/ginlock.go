@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -64,6 +67,7 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFun
 			m.headers = append(slices.Clip(m.headers), "Content-Encoding")
 		}
 	}
+	m.name = runtime.FuncForPC(reflect.ValueOf(m.handle).Pointer()).Name()
 	return m.handle
 }
 
@@ -81,6 +85,7 @@ type middleware struct {
 	lockOpts   []dlock.AcquireOption
 	replayOpts []dlock.AcquireOption // lockOpts and SkipCompleted
 	headers    []string              // replayed headers: cfg.headers and Content-Encoding
+	name       string                // what gin's HandlerName says of this middleware
 }
 
 type lockKey struct{}
@@ -105,6 +110,13 @@ func (m *middleware) handle(c *gin.Context) {
 		return
 	}
 	route := c.FullPath()
+	if route == "" && c.HandlerName() == m.name {
+		// No route matched (ginlock used with r.Use) and no handler follows this one (no
+		// NoRoute or NoMethod handler, no middleware after it): nothing runs that a lock
+		// could protect, and gin answers 404 or 405 after the chain.
+		c.Next()
+		return
+	}
 	origCtx := c.Request.Context()
 
 	src := NewSource(c, m.cfg.maxBody)
@@ -234,12 +246,15 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 	c.Set(lockKey{}, lock)
 	c.Request = c.Request.WithContext(dlock.WithLock(origCtx, lock))
 
+	// The headers set before the chain: a lost-lock 409 goes out with these, not with the
+	// handler's, which describe an answer that is not sent.
+	before := c.Writer.Header().Clone()
 	returned := false
 	defer func() {
 		c.Request = c.Request.WithContext(origCtx)
 		c.Writer = origWriter
 		c.Set(lockKey{}, outer)
-		m.finish(c, origCtx, lock, rec, fp, returned)
+		m.finish(c, origCtx, lock, rec, fp, returned, before)
 	}()
 	c.Next()
 	returned = true
@@ -249,7 +264,7 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 // Release otherwise. Nothing is stored after a panic, once the lock was lost, when a ginlock
 // middleware inside this one answered the request itself, or for a request no route matched.
 func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock.Lock, rec *recorder,
-	fp requestPrint, returned bool) {
+	fp requestPrint, returned bool, before http.Header) {
 	// Not the request's cancellation: a client that went away must not leave the lock held
 	// until its lease ends. dlock bounds a release whose context cannot end.
 	ctx := context.WithoutCancel(origCtx)
@@ -258,6 +273,9 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 			"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath(), "error", lost)
 		// A status of its own (c.Status(201), a redirect) is an answer even without a body.
 		if returned && !c.Writer.Written() && c.Writer.Status() == http.StatusOK {
+			h := c.Writer.Header()
+			clear(h)
+			maps.Copy(h, before)
 			c.Header("Retry-After", retryAfter) // nothing was stored: a retry runs it again
 			m.reject(c, http.StatusConflict, lost)
 		}

@@ -60,6 +60,8 @@ func DefaultErrorHandler(c *gin.Context, status int, err error) {
 		p.Part = pe.Part
 	}
 	body, _ := json.Marshal(p) // cannot fail: strings and an int
+	// Set, not left to c.Data, which keeps a Content-Type set earlier (an API-wide default).
+	c.Header("Content-Type", ProblemContentType)
 	c.Data(status, ProblemContentType, body)
 	c.Abort()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockguard/lockguard/ginlock"
+	"github.com/lockguard/lockguard/internal/locktest"
 	"github.com/lockguard/lockguard/keyfunc"
 )
 
@@ -159,6 +160,47 @@ func TestUnmatchedRouteNotStored(t *testing.T) {
 		w2.Header().Get(ginlock.ReplayedHeader) != "" || w2.Body.String() != w1.Body.String() {
 		t.Fatalf("first %d %q; retry %d %q replayed=%q; want two identical 404s, none replayed",
 			w1.Code, w1.Body, w2.Code, w2.Body, w2.Header().Get(ginlock.ReplayedHeader))
+	}
+
+	// With a NoRoute handler after it, an unmatched request is locked (under the "~" route),
+	// and its answer is not stored either.
+	var ran atomic.Int64
+	r.NoRoute(func(c *gin.Context) {
+		if _, ok := ginlock.FromContext(c); !ok {
+			t.Error("NoRoute handler ran without the lock")
+		}
+		c.String(http.StatusTeapot, "fallback %d", ran.Add(1))
+	})
+	w1 = do(r, req{path: "/nope", body: `{}`, user: "u", key: key})
+	w2 = do(r, req{path: "/nope", body: `{}`, user: "u", key: key})
+	if w1.Body.String() != "fallback 1" || w2.Body.String() != "fallback 2" || w2.Header().Get(ginlock.ReplayedHeader) != "" {
+		t.Fatalf("NoRoute answers %d %q, %d %q: want the handler run twice, nothing replayed", w1.Code, w1.Body, w2.Code, w2.Body)
+	}
+	if w := do(r, req{path: "/nope", body: `{}`, user: "u"}); w.Code != http.StatusBadRequest {
+		t.Fatalf("NoRoute handler, no Idempotency-Key: %d %s, want 400", w.Code, w.Body)
+	}
+}
+
+// With ginlock on the whole engine and no handler after it, a request no route matches is
+// answered by gin (404, or 405 with Allow): there is nothing to lock, and a 400 asking for
+// an Idempotency-Key would send the client after a request that can never succeed.
+func TestUnmatchedRouteAnsweredByGin(t *testing.T) {
+	e := setup(t)
+	r := router()
+	r.HandleMethodNotAllowed = true
+	r.Use(ginlock.New(e.locks, payKey))
+	r.POST("/payments", func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"ok": 1}) })
+	if w := do(r, req{path: "/no-such-route", user: "u"}); w.Code != http.StatusNotFound {
+		t.Errorf("POST /no-such-route without a key: %d %s, want gin's 404", w.Code, w.Body)
+	}
+	if w := do(r, req{method: http.MethodGet, path: "/payments", user: "u"}); w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "POST" {
+		t.Errorf("GET /payments (POST only) without a key: %d (Allow %q) %s, want gin's 405", w.Code, w.Header().Get("Allow"), w.Body)
+	}
+	if w := do(r, req{path: "/payments", body: `{}`, user: "u"}); w.Code != http.StatusBadRequest {
+		t.Errorf("POST /payments without a key: %d %s, want 400", w.Code, w.Body)
+	}
+	if held := locktest.Held(t, e.rdb); len(held) != 0 {
+		t.Errorf("locks left: %v", held)
 	}
 }
 
