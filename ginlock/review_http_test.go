@@ -223,9 +223,17 @@ func TestFormKeyReadsWhatTheHandlerReads(t *testing.T) {
 		lk, _ := ginlock.FromContext(c)
 		c.JSON(http.StatusOK, gin.H{"debited": in.Account, "lock": lk.Key()})
 	})
+	// FormValue reads the body's form even when its Content-Type has a parameter that does
+	// not parse (ParseForm's error is ignored).
+	r.POST("/withdraw-fv", ginlock.New(e.locks, acctKey), func(c *gin.Context) {
+		lk, _ := ginlock.FromContext(c)
+		c.JSON(http.StatusOK, gin.H{"debited": c.Request.FormValue("account"), "lock": lk.Key()})
+	})
 	send := func(target, contentType string, body []byte) *httptest.ResponseRecorder {
 		rq := httptest.NewRequest(http.MethodPost, target, bytes.NewReader(body))
-		rq.Header.Set("Content-Type", contentType)
+		if contentType != "" {
+			rq.Header.Set("Content-Type", contentType)
+		}
 		w := httptest.NewRecorder()
 		r.ServeHTTP(w, rq)
 		return w
@@ -247,6 +255,9 @@ func TestFormKeyReadsWhatTheHandlerReads(t *testing.T) {
 		{"text/plain body is no form", "/withdraw?account=7", "text/plain", []byte("account=8"), 200, "7"},
 		{"urlencoded body against query", "/withdraw?account=7", "application/x-www-form-urlencoded", []byte("account=8"), 400, ""},
 		{"multipart body against query", "/withdraw?account=7", mw.FormDataContentType(), mp.Bytes(), 400, ""},
+		{"untyped body is no form", "/withdraw?account=7", "", []byte("account=8"), 200, "7"},
+		{"urlencoded with a bad parameter, body read", "/withdraw-fv", "application/x-www-form-urlencoded; charset", []byte("account=8"), 200, "8"},
+		{"urlencoded with a bad parameter, against query", "/withdraw-fv?account=7", "application/x-www-form-urlencoded; charset", []byte("account=8"), 400, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := send(tc.target, tc.contentType, tc.body)

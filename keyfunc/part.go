@@ -176,9 +176,12 @@ func JSON(path string) Part {
 //
 // The body's value is the adapter's own (KindForm) when it serves one; otherwise the field
 // parsed from the body as application/x-www-form-urlencoded (first value), as ParseForm
-// parses it: only when the source names no Content-Type (KindHeader) or names that one, and
-// no method (KindMeta MetaMethod) or POST, PUT or PATCH. A JSON or text/plain body is not
-// read as a form, so a client cannot lock one account with a body the handler never reads.
+// parses it: only when the source names that Content-Type (KindHeader; also with a parameter
+// that does not parse, as ParseForm reads those) and no method (KindMeta MetaMethod) or
+// POST, PUT or PATCH; a source that names neither a Content-Type nor a method (one without
+// HTTP headers, such as a map) has its body read too. A JSON, text/plain or untyped HTTP
+// body is not read as a form, so a client cannot lock one account with a body the handler
+// never reads.
 // Pairs that do not parse (a bad escape, a ';') are skipped, as ParseForm skips them for
 // the handler. An adapter that decodes multipart forms should serve them through KindForm.
 // Cap: DefaultMaxBodyLen.
@@ -204,13 +207,18 @@ func formBodyValue(e *eval, name string) (string, bool, error) {
 	if v, ok := e.src.Value(KindForm, name); ok {
 		return v, true, nil
 	}
+	method, isHTTP := e.src.Value(KindMeta, MetaMethod)
+	if isHTTP && method != "POST" && method != "PUT" && method != "PATCH" {
+		return "", false, nil
+	}
 	if ct, ok := e.src.Value(KindHeader, "Content-Type"); ok {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/x-www-form-urlencoded" {
+		// The media type as ParseForm takes it: also when a parameter does not parse
+		// (ErrInvalidMediaParameter), where ParseForm still reads the body.
+		if mt, _, _ := mime.ParseMediaType(ct); mt != "application/x-www-form-urlencoded" {
 			return "", false, nil
 		}
-	}
-	if m, ok := e.src.Value(KindMeta, MetaMethod); ok && m != "POST" && m != "PUT" && m != "PATCH" {
-		return "", false, nil
+	} else if isHTTP {
+		return "", false, nil // an HTTP request without a Content-Type: ParseForm leaves the body
 	}
 	form, err := e.parsedForm()
 	if err != nil {
