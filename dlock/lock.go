@@ -357,6 +357,11 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	}
 	defer func() { <-l.renewing }()
 	if !ok[0] {
+		if l.releasing() {
+			// The last hold's release (here, or on another goroutine) freed the key while
+			// this Refresh was on its way: released, not lost. The release reports a loss.
+			return ErrNotHeld
+		}
 		err := lost("refresh found the lock gone or owned by another owner")
 		l.end(err)
 		return err
@@ -374,6 +379,14 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// releasing reports whether the last hold was released (its release may still be on its
+// way): the key is then gone from Redis by the holder's own doing, not lost.
+func (l *lease) releasing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holds == 0
 }
 
 // watcher is the watchdog renewing l, or nil.
@@ -409,6 +422,11 @@ func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) 
 		return nil, l.c.lookErr(ctx, l.key, err, sent) // a context that ended is not a store failure
 	}
 	if n < 0 {
+		if l.releasing() {
+			// The last hold's release freed the key while this re-entry was on its way: the
+			// context it re-enters with is ending (cause ErrNotHeld), as after the release.
+			return nil, &waitError{ctxErr: context.Canceled}
+		}
 		err := lost("re-entry found the lock gone or owned by another owner")
 		l.end(err)
 		return nil, err

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -241,4 +242,60 @@ func heapAlloc() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// A Refresh (a heartbeat goroutine extending a WithTTL lock) or a re-entrant Acquire (a
+// goroutine given the WithLock context) that runs just as another goroutine releases the
+// last hold finds the key freed in Redis: that is a release, not a loss. Neither the lease
+// nor the Client may report the lock lost; Refresh answers ErrNotHeld, the re-entry is not
+// obtained (its context is ending), as after the release.
+func TestRaceWithLastReleaseIsNoLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		race func(ctx context.Context, c *dlock.Client, lk *dlock.Lock, key string) error
+		want error
+	}{
+		{"Refresh", func(ctx context.Context, _ *dlock.Client, lk *dlock.Lock, _ string) error {
+			return lk.Refresh(ctx, 5*time.Second)
+		}, dlock.ErrNotHeld},
+		{"re-entrant Acquire", func(ctx context.Context, c *dlock.Client, lk *dlock.Lock, key string) error {
+			in, err := c.TryAcquire(dlock.WithLock(ctx, lk), key)
+			if in != nil {
+				_ = in.Release(ctx)
+			}
+			return err
+		}, dlock.ErrNotObtained},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log syncBuffer
+			_, rdb, _ := setup(t)
+			c := newClient(t, rdb, dlock.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+			ctx := testContext(t, 60*time.Second)
+			key := uniqueKey(t)
+			for i := range 300 {
+				lk, err := c.Acquire(ctx, key, dlock.WithTTL(10*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				var rerr, oerr error
+				wg.Add(2)
+				go func() { defer wg.Done(); rerr = lk.Release(ctx) }()
+				go func() { defer wg.Done(); oerr = tc.race(ctx, c, lk, key) }()
+				wg.Wait()
+				if rerr != nil {
+					t.Fatalf("Release: %v", rerr)
+				}
+				if oerr != nil && !errors.Is(oerr, tc.want) || errors.Is(oerr, dlock.ErrLockLost) {
+					t.Fatalf("round %d: %s racing the release: %v, want nil or %v", i, tc.name, oerr, tc.want)
+				}
+				if err := lk.Err(); !errors.Is(err, dlock.ErrNotHeld) || errors.Is(err, dlock.ErrLockLost) {
+					t.Fatalf("round %d: Err after the release %v, want ErrNotHeld", i, err)
+				}
+			}
+			if strings.Contains(log.String(), "lock lost") {
+				t.Fatalf("a released lock was logged as lost: %s", log.String())
+			}
+		})
+	}
 }

@@ -232,9 +232,7 @@ func (w *watchdog) renew(due []*lease) {
 	ok, err := w.c.be.renew(ctx, rs)
 	renewed, failed := 0, 0
 	for i, l := range due {
-		l.mu.Lock()
-		releasing := l.holds == 0
-		l.mu.Unlock()
+		releasing := l.releasing()
 		unknown := renewFailed(err, i)
 		if unknown {
 			failed++
