@@ -138,7 +138,10 @@ func localTime(y int, m time.Month, d int, wall time.Duration, loc *time.Locatio
 // WithBusy(asynq.RevokeTask). So when N replicas each run an asynq.Scheduler with the same
 // entry, the first task of a slot runs, the others wait for it and are acknowledged as
 // replayed, or are revoked if it is still running after the wait; if it fails, a waiting
-// duplicate runs instead. It panics if period is not positive.
+// duplicate runs instead. The lock is per slot: a run that outlasts its slot does not keep
+// the next slot's run out. To keep runs of a job apart, wrap the handler in a plain lock on
+// the same key inside this one (docs/asynqlock.md, recipe 3). It panics if period is not
+// positive.
 func OncePerSlot(period time.Duration) Option {
 	if period <= 0 {
 		panic("asynqlock: OncePerSlot period must be positive")

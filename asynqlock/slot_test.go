@@ -45,20 +45,7 @@ func TestOncePerSlotThreeSchedulers(t *testing.T) {
 		keyfunc.Join(keyfunc.Meta(keyfunc.MetaTaskType)), asynqlock.OncePerSlot(time.Second)))
 	mux.HandleFunc("report:bare", body)
 
-	var schedulers []*asynq.Scheduler
-	for range 3 {
-		e.startServer(t, serverConfig(2), mux)
-		s := asynq.NewSchedulerFromRedisClient(e.srv.Client(t), &asynq.SchedulerOpts{LogLevel: asynq.FatalLevel})
-		for _, typ := range []string{"report:tick", "report:bare"} {
-			if _, err := s.Register("@every 1s", asynq.NewTask(typ, nil), asynq.MaxRetry(0)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := s.Start(); err != nil {
-			t.Fatal(err)
-		}
-		schedulers = append(schedulers, s)
-	}
+	schedulers := e.startReplicas(t, 3, 2, mux, "report:tick", "report:bare")
 	stop := time.NewTimer(5 * time.Second)
 	<-stop.C
 	for _, s := range schedulers {
@@ -202,4 +189,72 @@ func TestWeeklySlotInZone(t *testing.T) {
 			t.Fatalf("week of %s: %q, %v; want %q (Monday 2 November, local midnight)", at, got, err, want)
 		}
 	}
+}
+
+// OncePerSlot locks per slot, so a run that outlasts its slot does not keep the next slot's
+// run out. The recipe in docs/asynqlock.md keeps runs of one job apart: a plain lock on the
+// same key inside the slot lock, which skips (revokes) the next slot's run when the
+// previous one is still going after the wait. Two replicas, each with a scheduler on
+// "@every 1s", runs of 2 s: with the inner lock never two at once; the control job without
+// it overlaps.
+func TestOncePerSlotRunsApartWithInnerLock(t *testing.T) {
+	e := newEnv(t)
+	type gauge struct{ running, max, runs atomic.Int64 }
+	body := func(g *gauge) asynq.Handler {
+		return asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+			n := g.running.Add(1)
+			defer g.running.Add(-1)
+			for m := g.max.Load(); n > m && !g.max.CompareAndSwap(m, n); m = g.max.Load() {
+			}
+			g.runs.Add(1)
+			select {
+			case <-time.After(2 * time.Second):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}
+	var apart, control gauge
+	jobKey := keyfunc.Join(keyfunc.Meta(keyfunc.MetaTaskType))
+	mux := asynq.NewServeMux()
+	mux.Handle("report:payout", asynqlock.Wrap(
+		asynqlock.Wrap(body(&apart), e.lock, jobKey, asynqlock.WithWait(500*time.Millisecond), asynqlock.WithBusy(asynq.RevokeTask)),
+		e.lock, jobKey, asynqlock.OncePerSlot(time.Second)))
+	mux.Handle("report:control", asynqlock.Wrap(body(&control), e.lock, jobKey, asynqlock.OncePerSlot(time.Second)))
+	schedulers := e.startReplicas(t, 2, 4, mux, "report:payout", "report:control")
+	time.Sleep(5 * time.Second)
+	for _, s := range schedulers {
+		s.Shutdown()
+	}
+	eventually(t, 10*time.Second, "runs to end", func() bool { return apart.running.Load()+control.running.Load() == 0 })
+	t.Logf("with the inner lock: %d runs, at most %d at once; without: %d runs, at most %d at once",
+		apart.runs.Load(), apart.max.Load(), control.runs.Load(), control.max.Load())
+	if apart.max.Load() != 1 || apart.runs.Load() < 2 {
+		t.Fatalf("with the inner lock: %d runs, at most %d at once; want runs one at a time", apart.runs.Load(), apart.max.Load())
+	}
+	if control.max.Load() < 2 {
+		t.Fatalf("control without the inner lock: at most %d at once; the test no longer shows the overlap", control.max.Load())
+	}
+}
+
+// startReplicas starts n replicas, each an asynq server with concurrency workers and a
+// Scheduler with an "@every 1s" entry (MaxRetry 0) for each task type.
+func (e *env) startReplicas(t *testing.T, n, concurrency int, h asynq.Handler, types ...string) []*asynq.Scheduler {
+	t.Helper()
+	var schedulers []*asynq.Scheduler
+	for range n {
+		e.startServer(t, serverConfig(concurrency), h)
+		s := asynq.NewSchedulerFromRedisClient(e.srv.Client(t), &asynq.SchedulerOpts{LogLevel: asynq.FatalLevel})
+		for _, typ := range types {
+			if _, err := s.Register("@every 1s", asynq.NewTask(typ, nil), asynq.MaxRetry(0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		schedulers = append(schedulers, s)
+	}
+	return schedulers
 }
