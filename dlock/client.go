@@ -130,8 +130,12 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	return fn(WithLock(ctx, lk))
 }
 
-// Completed returns the record stored by Complete for key, if it is still retained.
+// Completed returns the record stored by Complete for key, if it is still retained. After
+// Close it returns ErrClosed.
 func (c *Client) Completed(ctx context.Context, key string) (record []byte, ok bool, err error) {
+	if c.closed.Load() {
+		return nil, false, ErrClosed
+	}
 	if err := validKey(key); err != nil {
 		return nil, false, err
 	}
@@ -239,7 +243,13 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 		return nil, err
 	}
 	l := newLease(c, key, r.owner, g.token, r.ttl, ac.ttl == 0)
-	l.confirm = g.handedOff
+	// A handed-off lease holds the releaser's claim lease (min(ttl, claim)) until confirmed. A
+	// WithTTL lease that got its whole ttl needs no confirmation; one that got less is
+	// confirmed to what is left of ttl from now.
+	l.confirm = g.handedOff && (l.auto || g.valid < r.ttl)
+	if l.confirm && !l.auto {
+		l.fixedEnd = time.Now().Add(r.ttl)
+	}
 	l.start(g.sent, g.valid)
 	c.tel.started(l)
 	if l.auto || l.confirm {

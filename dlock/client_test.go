@@ -52,6 +52,9 @@ func TestClose(t *testing.T) {
 	if _, err := c.TryAcquire(ctx, uniqueKey(t)); !errors.Is(err, dlock.ErrClosed) {
 		t.Fatalf("TryAcquire after Close: %v", err)
 	}
+	if _, _, err := c.Completed(ctx, uniqueKey(t)); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("Completed after Close: %v", err)
+	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}

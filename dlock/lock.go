@@ -39,6 +39,7 @@ type lease struct {
 	renewAt   time.Time   // next watchdog renewal
 	retrying  bool        // renewAt is a retry (after a failure or a skip): not batched early
 	confirm   bool        // handed off: holds the claim lease until renewed to the full ttl
+	fixedEnd  time.Time   // a handed-off WithTTL lease: when it ends, ttl after it was obtained
 	watchedBy *watchdog
 	cause     error   // why the lease ended, once ended
 	bound     []bound // contexts of WithLock that end with the lease
@@ -387,6 +388,16 @@ func (l *lease) releasing() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.holds == 0
+}
+
+// renewTTL is the lease a renewal sets: the Client lease, or, for the confirmation of a
+// handed-off WithTTL lease, what is left of its ttl since it was obtained, so that the
+// confirmation does not make it outlive its ttl.
+func (l *lease) renewTTL() time.Duration {
+	if l.fixedEnd.IsZero() {
+		return l.ttl
+	}
+	return max(time.Until(l.fixedEnd), time.Millisecond)
 }
 
 // watcher is the watchdog renewing l, or nil.

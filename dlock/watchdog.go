@@ -215,8 +215,8 @@ func (w *watchdog) renew(due []*lease) {
 	rs := make([]renewal, len(due))
 	timeout := time.Duration(1<<63 - 1)
 	for i, l := range due {
-		rs[i] = renewal{key: l.key, owner: l.owner, ttl: l.ttl}
-		timeout = min(timeout, l.ttl/3)
+		rs[i] = renewal{key: l.key, owner: l.owner, ttl: l.renewTTL()}
+		timeout = min(timeout, rs[i].ttl/3)
 	}
 	// A renewal is useless after a third of the lease: the next one is due by then.
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 10*time.Millisecond))
@@ -245,7 +245,7 @@ func (w *watchdog) renew(due []*lease) {
 			l.retryLater()
 		case ok[i]:
 			renewed++
-			l.extended(sent, l.ttl)
+			l.extended(sent, rs[i].ttl)
 			l.mu.Lock()
 			l.renewAt = sent.Add(l.ttl / 3)
 			l.retrying = false

@@ -249,3 +249,108 @@ func TestFixedTTLAndRefresh(t *testing.T) {
 		_ = l2.Release(ctx)
 	}
 }
+
+// A WithTTL(d) lock expires d after it was obtained, also when it was obtained by hand-off:
+// the hand-off grants min(d, claim lease), and the confirmation renewal a third into that
+// lease sets what is left of d, not d again. With d within the claim lease there is nothing
+// to confirm.
+func TestHandedOffWithTTLKeepsItsTTL(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		retry time.Duration // the claim lease is 3 retry intervals
+		ttl   time.Duration
+		check time.Duration // when to read the lease left in Redis
+	}{
+		{"ttl within the claim lease", 5 * time.Second, 6 * time.Second, 3500 * time.Millisecond},
+		{"ttl beyond the claim lease", 3 * time.Second, 20 * time.Second, 4 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, rdb, _ := setup(t)
+			ctx := testContext(t, 30*time.Second)
+			releaser := newClient(t, rdb, dlock.WithRetryInterval(tc.retry))
+			waiter := newClient(t, rdb)
+			key := uniqueKey(t)
+			held, err := releaser.Acquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *dlock.Lock, 1)
+			go func() {
+				lk, err := waiter.Acquire(ctx, key, dlock.WithTTL(tc.ttl))
+				if err != nil {
+					t.Error(err)
+				}
+				got <- lk
+			}()
+			for rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val() != 1 {
+				if ctx.Err() != nil {
+					t.Fatal("waiter not queued")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := held.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lk := <-got
+			if lk == nil {
+				t.FailNow()
+			}
+			obtained := time.Now()
+			defer func() { _ = lk.Release(ctx) }()
+			time.Sleep(tc.check) // past the confirmation, a third into the claim lease
+			left := tc.ttl - time.Since(obtained)
+			if pttl := rdb.PTTL(ctx, lockKeyOf(t, rdb, key)).Val(); pttl > left+time.Second || pttl < left-time.Second {
+				t.Fatalf("%v after obtaining a WithTTL(%v) lock by hand-off, Redis keeps it %v more; want about %v",
+					time.Since(obtained).Round(time.Millisecond), tc.ttl, pttl, left.Round(time.Millisecond))
+			}
+			if lk.Err() != nil {
+				t.Fatalf("lock lost before its ttl: %v", lk.Err())
+			}
+		})
+	}
+}
+
+// A lock key overwritten with a value of another type (a colliding application key, a stale
+// layout) is a lost lock, reported at the next renewal as any other loss; and it does not
+// fail the renewals of the other locks sent in the same call.
+func TestOverwrittenWithOtherTypeIsLost(t *testing.T) {
+	const lease = 3 * time.Second // renewed every second, all three locks in one call
+	_, rdb, c := setup(t, dlock.WithLease(lease))
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Release(ctx) }()
+	var others []*dlock.Lock
+	for i := range 2 {
+		o, err := c.Acquire(ctx, key+"-other-"+strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = o.Release(ctx) }()
+		others = append(others, o)
+	}
+	if err := rdb.Set(ctx, lockKeyOf(t, rdb, key), "overwritten", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lk.Done():
+		if err := lk.Err(); !errors.Is(err, dlock.ErrLockLost) || !strings.Contains(err.Error(), "renewal found") {
+			t.Fatalf("overwritten lock ended with %v, want a loss found by its renewal", err)
+		}
+	case <-time.After(lease - lease/10):
+		t.Fatalf("overwritten lock not reported lost by a renewal before its lease ran out (%v)", lk.Err())
+	}
+	time.Sleep(lease) // more renewals of the others
+	for i, o := range others {
+		if err := o.Err(); err != nil {
+			t.Fatalf("other lock %d: %v", i, err)
+		}
+		if pttl := rdb.PTTL(ctx, lockKeyOf(t, rdb, o.Key())).Val(); pttl < lease/2 {
+			t.Fatalf("other lock %d not renewed: %v left", i, pttl)
+		}
+	}
+}
