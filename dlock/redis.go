@@ -627,20 +627,20 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 // migrationWait bounds how long callThroughMigration waits for a slot migration to end.
 const migrationWait = 5 * time.Second
 
-// callThroughMigration is call, run again while Redis answers TRYAGAIN, for at most
-// migrationWait and while ctx lasts. A Cluster answers TRYAGAIN to a script while the slot of
-// its keys is being migrated to another node, because the script names keys that are absent
-// (the line, the record); the script did not run, so running it again is safe. go-redis's own
-// retries end within a fraction of a second, well before a migration of any size does. A
-// release or a hand-back that gave up there would leave the lock held, and its line blocked,
-// until the lease ends; a waiting acquisition is willing to wait anyway. TryAcquire does not
-// wait: it fails with ErrUnavailable.
+// callThroughMigration is call, run again while a slot migration refuses it (see
+// migrating), for at most migrationWait and while ctx lasts. A Cluster answers TRYAGAIN to a
+// script while the slot of its keys is being migrated to another node, because the script
+// names keys that are absent (the line, the record); the script did not run, so running it
+// again is safe. go-redis's own retries end within a fraction of a second, well before a
+// migration of any size does. A release or a hand-back that gave up there would leave the
+// lock held, and its line blocked, until the lease ends; a waiting acquisition is willing to
+// wait anyway. TryAcquire does not wait: it fails with ErrUnavailable.
 func (b *redisBackend) callThroughMigration(ctx context.Context, fn func(context.Context) error) error {
 	start := time.Now()
 	delay := 10 * time.Millisecond
 	for {
 		err := b.call(ctx, fn)
-		if !redis.IsTryAgainError(err) || time.Since(start)+delay > migrationWait {
+		if !migrating(err) || time.Since(start)+delay > migrationWait {
 			return err
 		}
 		t := time.NewTimer(delay)
@@ -652,6 +652,19 @@ func (b *redisBackend) callThroughMigration(ctx context.Context, fn func(context
 		}
 		delay = min(2*delay, 200*time.Millisecond)
 	}
+}
+
+// migrating reports whether err is a refusal that a slot migration gives while it lasts:
+// TRYAGAIN, or a MOVED or ASK redirection left over when go-redis's own redirections ran
+// out (the nodes disagree about the slot until every one has been told where it went). The
+// script did not run.
+func migrating(err error) bool {
+	if err == nil {
+		return false
+	}
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask || redis.IsTryAgainError(err)
 }
 
 // noteAnswer records when the store answered a call that returned err: with a reply, a Redis
