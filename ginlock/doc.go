@@ -50,6 +50,10 @@
 //   - The middleware releases only locks it obtained, also on panic, and restores the
 //     original request context and writer when the chain returns.
 //   - Redis unavailable means 503 and no handler (fail closed), unless WithFailOpen.
+//   - Used engine-wide (r.Use) with no handler after it, the middleware passes a request
+//     no route matches through untouched, so gin's own 404 or 405 answers it. Its own
+//     errors are always application/problem+json (DefaultErrorHandler), whatever
+//     Content-Type an earlier middleware preset.
 //   - Keys and their values never appear in telemetry, logs or error bodies; only a hash.
 //     The one exception is the error of a failing keyfunc.From function, which is logged as
 //     the function wrote it (the client gets a bare 500); a From error that wraps a keyfunc
