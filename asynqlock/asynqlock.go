@@ -216,20 +216,27 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 		return nil
 	}
 
+	var spanErr error // what the span reports: a failure of the handler, then of the release
+	if herr != nil && IsFailure(herr) {
+		spanErr = herr
+	}
 	if err := lk.Release(rctx); err != nil {
 		if errors.Is(err, dlock.ErrLockLost) {
 			// Lost before the watchdog noticed: the handler may not have run alone.
 			return m.lost(ctx, task, keyHash, err, herr, span)
 		}
-		// The lock expires at the end of its lease; the handler's result stands.
+		// The lock expires at the end of its lease, blocking the key until then; the
+		// handler's result stands, and the span, which covers the release, shows the failure.
 		m.log.WarnContext(ctx, "asynqlock: release failed; the lock expires with its lease",
 			"task_type", task.Type(), "key_hash", keyHash, "error", err)
+		rerr := fmt.Errorf("asynqlock: release failed; the lock expires with its lease: %w", err)
+		if spanErr == nil {
+			spanErr = rerr
+		} else {
+			spanErr = errors.Join(spanErr, rerr)
+		}
 	}
-	if herr != nil && IsFailure(herr) {
-		span.end(OutcomeObtained, herr)
-	} else {
-		span.end(OutcomeObtained, nil)
-	}
+	span.end(OutcomeObtained, spanErr)
 	return herr
 }
 

@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/lockguard/lockguard/asynqlock"
 	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/internal/oteltest"
+	"github.com/lockguard/lockguard/internal/redistest"
 	"github.com/lockguard/lockguard/keyfunc"
 )
 
@@ -106,5 +109,31 @@ func TestTelemetryHoldBucketsInSeconds(t *testing.T) {
 	}
 	if b := hist.DataPoints[0].Bounds; len(b) < 2 || b[1] >= 1 {
 		t.Errorf("asynqlock.lock.hold (unit s) bounds %v: every hold under %vs falls in one bucket", b, b[1])
+	}
+}
+
+// A release that fails (Redis went away while the handler ran) leaves the lock held until its
+// lease ends: the task keeps the handler's result, and the asynqlock.lock span, which covers
+// the release, ends as a failure with outcome obtained.
+func TestTelemetryReleaseFailureMarksSpan(t *testing.T) {
+	o := oteltest.New(t)
+	srv := redistest.Start(t)
+	c := dlock.New(srv.Client(t, func(opt *redis.Options) { opt.MaxRetries = -1 }))
+	t.Cleanup(func() { _ = c.Close() })
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return srv.Stop() }),
+		c, taskAccountKey, asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP))
+	if err := h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{"account_id":"r1"}`))); err != nil {
+		t.Fatalf("the handler succeeded, yet the task returns %v", err)
+	}
+	ended := o.Spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want 1", len(ended))
+	}
+	s := ended[0]
+	if out := oteltest.Attr(s, "asynqlock.outcome"); out != asynqlock.OutcomeObtained {
+		t.Errorf("span outcome %q, want %q", out, asynqlock.OutcomeObtained)
+	}
+	if s.Status().Code != codes.Error || !strings.Contains(s.Status().Description, "release failed") {
+		t.Errorf("span status %v %q after a failed release, want codes.Error naming the release", s.Status().Code, s.Status().Description)
 	}
 }
