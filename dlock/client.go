@@ -156,7 +156,7 @@ func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant)
 		c.cleanup(ctx, r, err)
 		return c.lookErr(ctx, r.key, err, sent) // the caller's deadline, if that is what ended it
 	}
-	g.sent, g.valid, g.handedOff = sent, r.ttl, false
+	g.sent, g.valid, g.confirmed = sent, r.ttl, true
 	return nil
 }
 
@@ -246,7 +246,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	// A handed-off lease holds the releaser's claim lease (min(ttl, claim)) until confirmed. A
 	// WithTTL lease that got its whole ttl needs no confirmation; one that got less is
 	// confirmed to what is left of ttl from now.
-	l.confirm = g.handedOff && (l.auto || g.valid < r.ttl)
+	l.confirm = g.handedOff && !g.confirmed && (l.auto || g.valid < r.ttl)
 	if l.confirm && !l.auto {
 		l.fixedEnd = time.Now().Add(r.ttl)
 	}

@@ -3,11 +3,13 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/oteltest"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
@@ -24,7 +26,9 @@ func TestReplicaAck(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	c := newClient(t, rdb, dlock.WithReplicaAck(1, time.Second), dlock.WithRetryInterval(100*time.Millisecond))
+	o := oteltest.New(t)
+	c := newClient(t, rdb, dlock.WithReplicaAck(1, time.Second), dlock.WithRetryInterval(100*time.Millisecond),
+		dlock.WithTracerProvider(o.TP), dlock.WithMeterProvider(o.MP))
 	key := uniqueKey(t)
 
 	lk, err := c.Acquire(ctx, key)
@@ -53,6 +57,10 @@ func TestReplicaAck(t *testing.T) {
 	}
 	if ttl := rrdb.PTTL(ctx, lockKeyOf(t, rdb, key)).Val(); ttl < 20*time.Second {
 		t.Fatalf("replica has the handed-off lock with %v left: not confirmed to its full lease", ttl)
+	}
+	// The confirmation does not hide the hand-off from the waiter's span.
+	if got := handedOffAttrs(o); !slices.Equal(got, []string{"false", "true"}) {
+		t.Errorf("dlock.handed_off of the acquisitions, in the order they ended: %v, want [false true]", got)
 	}
 	_ = l2.Release(ctx)
 

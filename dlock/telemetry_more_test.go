@@ -181,3 +181,48 @@ func TestTelemetryHeldCountsLeaseOnce(t *testing.T) {
 		}
 	}
 }
+
+// dlock.handed_off tells an acquisition that took a free lock (false) from one handed the lock
+// by its releaser while it waited in line (true).
+func TestTelemetryHandedOff(t *testing.T) {
+	o := oteltest.New(t)
+	_, rdb, c := setup(t, dlock.WithTracerProvider(o.TP), dlock.WithMeterProvider(o.MP))
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		l2, err := c.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	waitQueued(t, rdb, ctx, key)
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	_ = l2.Release(ctx)
+	if got := handedOffAttrs(o); !slices.Equal(got, []string{"false", "true"}) {
+		t.Errorf("dlock.handed_off of the acquisitions, in the order they ended: %v, want [false true]", got)
+	}
+}
+
+// handedOffAttrs is the dlock.handed_off attribute of every dlock.acquire span, in the order
+// the spans ended.
+func handedOffAttrs(o *oteltest.Recorder) []string {
+	var out []string
+	for _, s := range o.Spans.Ended() {
+		if s.Name() == "dlock.acquire" {
+			out = append(out, oteltest.Attr(s, "dlock.handed_off"))
+		}
+	}
+	return out
+}

@@ -12,7 +12,8 @@ type grant struct {
 	token     int64
 	sent      time.Time     // when the request that obtained it (or preceded the hand-off) was sent
 	valid     time.Duration // lease granted from sent
-	handedOff bool
+	handedOff bool          // the lock came from the line, as the releasing client left it
+	confirmed bool          // a handed-off lock already extended to its full lease (confirmHandOff)
 	attempts  int
 }
 

@@ -73,11 +73,12 @@ func Count(h metricdata.Histogram[float64]) uint64 {
 	return n
 }
 
-// Attr is the string value of span attribute key, "" when the span has none.
+// Attr is the value of span attribute key as text (a bool as "true" or "false"), "" when the
+// span has none.
 func Attr(s sdktrace.ReadOnlySpan, key attribute.Key) string {
 	for _, a := range s.Attributes() {
 		if a.Key == key {
-			return a.Value.AsString()
+			return a.Value.Emit()
 		}
 	}
 	return ""
