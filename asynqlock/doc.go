@@ -7,7 +7,7 @@
 // NewSource), lock semantics from package dlock. A task and an HTTP route that derive the
 // same key exclude each other:
 //
-//	var accountKey = keyfunc.Join(keyfunc.Const("account"), keyfunc.JSON("account_id")) // "account:42"
+//	var accountKey = keyfunc.Join(keyfunc.Const("account"), keyfunc.JSON("account_id").Integer()) // "account:42"
 //
 //	mux := asynq.NewServeMux()
 //	// Wrap the task types that carry the key; mux.Use(asynqlock.New(...)) would lock every

@@ -12,7 +12,8 @@
 //		Scope(keyfunc.ContextValue(userKey{}).Named("user"))
 //	r.POST("/payments", ginlock.New(locks, payKey), createPayment)
 //
-//	accountKey := keyfunc.MustTemplate("account:{id}", map[string]keyfunc.Part{"id": keyfunc.Param("id")})
+//	// Integer: withdraw parses the id as a number, so /accounts/042 is account 42 too.
+//	accountKey := keyfunc.MustTemplate("account:{id}", map[string]keyfunc.Part{"id": keyfunc.Param("id").Integer()})
 //	r.POST("/accounts/:id/withdraw", ginlock.New(locks, accountKey, ginlock.WithWait(2*time.Second)), withdraw)
 //
 // For each request the middleware derives the key (400 or 413 when it cannot), takes the lock

@@ -106,3 +106,37 @@ func httptestRequest() *http.Request {
 	r, _ := http.NewRequest(http.MethodPost, "http://x/p", nil)
 	return r
 }
+
+// A handler that parses the account id as a number debits account 42 for /accounts/42,
+// /accounts/042 and /accounts/+42: with Integer the three share the account's lock (409
+// while one runs), and an id that is no integer is the client's 400 before the handler.
+func TestIntegerParamSpellingsShareLock(t *testing.T) {
+	e := setup(t)
+	key := keyfunc.MustTemplate("account:{id}", map[string]keyfunc.Part{"id": keyfunc.Param("id").Integer()})
+	r := router()
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var runs atomic.Int32
+	r.POST("/accounts/:id/withdraw", ginlock.New(e.locks, key, ginlock.WithoutReplay()), func(c *gin.Context) {
+		runs.Add(1)
+		started <- struct{}{}
+		<-release
+		c.Status(http.StatusOK)
+	})
+	done := make(chan int)
+	go func() { done <- do(r, req{path: "/accounts/42/withdraw"}).Code }()
+	<-started
+	for _, other := range []string{"042", "+42", "0042"} {
+		wantProblem(t, do(r, req{path: "/accounts/" + other + "/withdraw"}), http.StatusConflict)
+	}
+	p := wantProblem(t, do(r, req{path: "/accounts/4x2/withdraw"}), http.StatusBadRequest)
+	close(release)
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("first withdrawal: %d", code)
+	}
+	if p.Part != "id" {
+		t.Errorf("400 for /accounts/4x2 names part %q, want id", p.Part)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1: the other spellings of account 42 got past its lock", n)
+	}
+}

@@ -18,6 +18,8 @@
 // IdempotencyKey), body field (JSON, Form), adapter metadata (Meta), a context value
 // (ContextValue), a constant (Const), a hash of the canonical body (BodyHash) or anything
 // else (From). Parts are required unless Optional; Named sets the name errors report.
+// A part's text is compared byte for byte ("042" and "42" are two values); Integer reads a
+// value the handler parses as a number in canonical form, so those two give one key.
 // The body is read at most once per Key call, however many parts use it.
 //
 // # Key grammar
@@ -55,7 +57,9 @@
 //     DefaultMaxLen (1024 bytes), DefaultMaxHeaderLen (255; also IdempotencyKey) and
 //     DefaultMaxBodyLen (4096; JSON and Form fields).
 //   - JSON bodies are decoded with exact numbers and at most MaxJSONDepth (64) levels of
-//     nesting; numbers are rendered canonically (1e2 and 100 give the same key).
+//     nesting; numbers are rendered canonically (1e2 and 100 give the same key). Exact:
+//     42 and 42.0000000000000001 are two keys, though a handler decoding into float64 sees
+//     one number; decode ids exactly (int64, json.Number) so handler and key agree.
 //
 // # Errors
 //

@@ -70,3 +70,18 @@ func ExamplePart_HashAbove() {
 	// Output:
 	// 29 email:#
 }
+
+// An id the handler parses as a number: every spelling of 42 locks account 42, and an id
+// that is no integer is the client's error.
+func ExamplePart_Integer() {
+	f := keyfunc.MustTemplate("account:{id}", map[string]keyfunc.Part{"id": keyfunc.Param("id").Integer()})
+	for _, id := range []string{"42", "042", "+42", "4x2"} {
+		key, err := f.Key(&keyfunc.MapSource{Params: map[string]string{"id": id}})
+		fmt.Println(key, keyfunc.IsInputError(err))
+	}
+	// Output:
+	// account:42 false
+	// account:42 false
+	// account:42 false
+	//  true
+}

@@ -207,6 +207,11 @@ func (f *Func) render(dst []byte, e *eval, p Part) ([]byte, error) {
 	if limit := f.maxLen(p); limit > 0 && len(v) > limit {
 		return dst, &PartError{Part: p.name, Err: fmt.Errorf("%w: %d bytes, limit %d", ErrTooLong, len(v), limit)}
 	}
+	if p.integer {
+		if v, err = canonicalInteger(v); err != nil {
+			return dst, &PartError{Part: p.name, Err: err}
+		}
+	}
 	return appendValue(dst, v, f.hashAbove(p)), nil
 }
 

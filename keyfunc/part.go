@@ -37,6 +37,7 @@ type Part struct {
 	defMax    int // the constructor's default cap; <0: no cap
 	hashAbove int // 0: the Func's WithHashAbove; <0: always hash
 	idem      bool
+	integer   bool   // Integer: the value is a base-10 integer, rendered canonically
 	param     string // the path parameter a Param part reads
 }
 
@@ -73,6 +74,39 @@ func (p Part) MaxLen(n int) Part {
 		p.maxLen = -1
 	}
 	return p
+}
+
+// Integer returns p with its value read as a base-10 integer, the way strconv.ParseInt,
+// strconv.Atoi and Gin's binding read one into an int field: an optional sign, then digits.
+// The key holds the integer in canonical form (no '+', no leading zeros, "-0" as "0"), so
+// "/accounts/042", "/accounts/+42" and "/accounts/42" share a lock, as they share the account
+// a handler parses from them. Without Integer a part's text is compared byte for byte, and
+// those three are three locks. A JSON number with an integer value of at most 64 digits (42, 42.0, 4.2e1) and a
+// JSON string holding an integer ("042", which a ",string" struct tag decodes to 42) count
+// the same. Any other value fails with ErrInvalid. Integers of any size are taken; the raw
+// value's length cap still applies.
+//
+// Use it where the handler converts the value to a number; leave it off where the value is
+// an identifier kept as text ("042" and "42" are then two accounts, and must be two locks).
+func (p Part) Integer() Part { p.integer = true; return p }
+
+// canonicalInteger is v, a base-10 integer, in canonical form, or ErrInvalid.
+func canonicalInteger(v string) (string, error) {
+	digits, neg := strings.CutPrefix(v, "-")
+	if !neg {
+		digits = strings.TrimPrefix(digits, "+")
+	}
+	if digits == "" || strings.TrimLeft(digits, "0123456789") != "" {
+		return "", fmt.Errorf("%w: not a base-10 integer", ErrInvalid)
+	}
+	digits = strings.TrimLeft(digits, "0")
+	switch {
+	case digits == "":
+		return "0", nil
+	case neg:
+		return "-" + digits, nil
+	}
+	return digits, nil
 }
 
 // HashAbove returns p with its values hashed when their escaped form is longer than n bytes

@@ -256,3 +256,65 @@ func TestMapSourceHeaderCaseIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// Integer keys every spelling strconv.ParseInt (and Gin's binding) reads as one number alike,
+// from a path parameter, a JSON number or a JSON string; it refuses anything else.
+func TestInteger(t *testing.T) {
+	same := []struct {
+		name string
+		src  *MapSource
+		part Part
+		want string
+	}{
+		{"param", &MapSource{Params: map[string]string{"id": "42"}}, Param("id"), "42"},
+		{"param leading zeros", &MapSource{Params: map[string]string{"id": "0042"}}, Param("id"), "42"},
+		{"param plus", &MapSource{Params: map[string]string{"id": "+42"}}, Param("id"), "42"},
+		{"param negative zeros", &MapSource{Params: map[string]string{"id": "-007"}}, Param("id"), "-7"},
+		{"minus zero", &MapSource{Params: map[string]string{"id": "-0"}}, Param("id"), "0"},
+		{"zeros", &MapSource{Params: map[string]string{"id": "000"}}, Param("id"), "0"},
+		{"query", &MapSource{Query: map[string]string{"id": "042"}}, Query("id"), "42"},
+		{"beyond int64", &MapSource{Params: map[string]string{"id": "0123456789012345678901234567890"}}, Param("id"), "123456789012345678901234567890"},
+		{"json number", &MapSource{Payload: []byte(`{"id":42}`)}, JSON("id"), "42"},
+		{"json number 42.0", &MapSource{Payload: []byte(`{"id":42.0}`)}, JSON("id"), "42"},
+		{"json number 4.2e1", &MapSource{Payload: []byte(`{"id":4.2e1}`)}, JSON("id"), "42"},
+		{"json string (,string tag)", &MapSource{Payload: []byte(`{"id":"042"}`)}, JSON("id"), "42"},
+	}
+	for _, tt := range same {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Join(Const("account"), tt.part.Integer()).Key(tt.src)
+			if err != nil {
+				t.Fatalf("Key: %v", err)
+			}
+			if want := "account:" + tt.want; got != want {
+				t.Errorf("Key = %q, want %q", got, want)
+			}
+		})
+	}
+	for _, v := range []string{"", "+", "-", "4 2", " 42", "42 ", "0x2a", "4_2", "42.5", "1e3", "--4", "+-4", "٤٢", "42a"} {
+		t.Run("invalid "+v, func(t *testing.T) {
+			_, err := Join(Param("id").Integer()).Key(&MapSource{Params: map[string]string{"id": v}})
+			var pe *PartError
+			if !errors.Is(err, ErrInvalid) || !errors.As(err, &pe) || pe.Part != "id" {
+				t.Errorf("Key of %q = %v, want a *PartError for id matching ErrInvalid", v, err)
+			}
+		})
+	}
+	for _, body := range []string{`{"id":42.5}`, `{"id":true}`, `{"id":{"n":1}}`, `{"id":"4e1"}`} {
+		t.Run("invalid json "+body, func(t *testing.T) {
+			if _, err := Join(JSON("id").Integer()).Key(&MapSource{Payload: []byte(body)}); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Key of %s = %v, want ErrInvalid", body, err)
+			}
+		})
+	}
+	// Without Integer the text counts byte for byte: "042" is another value than "42".
+	a, _ := Join(Param("id")).Key(&MapSource{Params: map[string]string{"id": "042"}})
+	b, _ := Join(Param("id")).Key(&MapSource{Params: map[string]string{"id": "42"}})
+	if a == b {
+		t.Errorf("without Integer, 042 and 42 give one key %q", a)
+	}
+	// The raw value's cap applies before the canonical form is taken.
+	long := "+" + strings.Repeat("0", 40) + "1"
+	if _, err := Join(Param("id").Integer().MaxLen(10)).Key(&MapSource{Params: map[string]string{"id": long}}); !errors.Is(err, ErrTooLong) {
+		t.Errorf("a %d-byte value over a 10-byte cap: %v, want ErrTooLong", len(long), err)
+	}
+}
