@@ -145,6 +145,27 @@ func TestPayReplay(t *testing.T) {
 	}
 }
 
+// TestPayKeyReusedOnAnotherOrder: protected, an Idempotency-Key that paid one order and is
+// sent again to pay another is the same key with another request: 422, nothing charged.
+func TestPayKeyReusedOnAnotherOrder(t *testing.T) {
+	e := newEnv(t, true, time.Millisecond)
+	a := e.account("alice", 10_000)
+	o1, o2 := e.order(a.ID, 2_500), e.order(a.ID, 1_000)
+	if w := e.do("POST", "/api/orders/"+o1.ID+"/pay", "", "Idempotency-Key", "k1"); w.Code != 200 {
+		t.Fatalf("first pay: %d %s", w.Code, w.Body)
+	}
+	w := e.do("POST", "/api/orders/"+o2.ID+"/pay", "", "Idempotency-Key", "k1")
+	if w.Code != 422 {
+		t.Fatalf("k1 again on another order: %d %s, want 422", w.Code, w.Body)
+	}
+	if l := e.ledger(a.ID); len(l) != 1 {
+		t.Errorf("ledger %+v, want the first order's charge only", l)
+	}
+	if w := e.do("POST", "/api/orders/"+o2.ID+"/pay", "", "Idempotency-Key", "k2"); w.Code != 200 {
+		t.Errorf("the other order with a key of its own: %d %s, want 200", w.Code, w.Body)
+	}
+}
+
 // TestConcurrentPays: protected, two concurrent pays with one key give 200 and 409
 // (in flight); two with different keys give 200 and 409 already_paid, the second having
 // waited for the first under the account lock. Either way one charge.

@@ -22,10 +22,11 @@ const lockWait = 10 * time.Second
 
 // Protect builds the shop's lock middlewares on locks:
 //
-//   - pay: an idempotency layer keyed by order and Idempotency-Key (409 while the first
-//     request with that key runs, the stored answer replayed after), then the account lock
-//     of the order's account, waited for, so pays with different keys for one order, and
-//     pays, withdrawals and refunds of one account, run one at a time;
+//   - pay: an idempotency layer keyed by the Idempotency-Key (409 while the first request
+//     with that key runs, the stored answer replayed after, 422 for the key reused on another
+//     order), then the account lock of the order's account, waited for, so pays with
+//     different keys for one order, and pays, withdrawals and refunds of one account, run
+//     one at a time;
 //   - withdraw: the account lock account:{id}, waited for;
 //   - refund task: a per-order lock with a done marker (a refund runs once, however often
 //     it is enqueued or delivered), then the same account:{account_id} lock as HTTP.
@@ -54,11 +55,11 @@ func Protect(locks *dlock.Client, store *Store, log *slog.Logger) Protection {
 		return keyfunc.MustTemplate("account:{account}", map[string]keyfunc.Part{"account": p})
 	}
 
-	payOnce := ginlock.New(locks,
-		keyfunc.MustTemplate("pay:{order}:{key}", map[string]keyfunc.Part{
-			"order": keyfunc.Param("id"),
-			"key":   keyfunc.IdempotencyKey(),
-		}),
+	// The key alone, not the order: a key reused to pay another order finds the first
+	// order's record, whose fingerprint (method, path, body) differs, and gets 422.
+	payOnce := ginlock.New(locks, keyfunc.MustTemplate("pay:{key}", map[string]keyfunc.Part{
+		"key": keyfunc.IdempotencyKey(),
+	}),
 		// 409s are not stored: one from the account lock's wait running out must not be
 		// replayed to a retry, and already_paid is found again by the handler anyway.
 		ginlock.WithReplayStatuses(func(s int) bool { return s < 500 && s != http.StatusConflict }),
