@@ -128,6 +128,60 @@ func TestStormCatchesAShopThatNeverPays(t *testing.T) {
 	}
 }
 
+// A protected shop whose answers to the pay retries are wrong: a 500 for each, or a fresh
+// 409 already_paid for the key that paid instead of its stored 200 (a replay store that lost
+// its records). The charges and balances are right either way; the storm must still count it.
+func TestStormCatchesBrokenPayRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		retry func(h http.Handler, w http.ResponseWriter, r *http.Request)
+	}{
+		{"500", func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusInternalServerError)
+		}},
+		{"not replayed", func(h http.Handler, w http.ResponseWriter, r *http.Request) {
+			r.Header.Set("Idempotency-Key", "forgotten-"+r.Header.Get("Idempotency-Key"))
+			h.ServeHTTP(w, r)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb, store, locks := shopParts(t)
+			app := shop.NewApp(shop.Config{Store: store, Redis: rdb, Protection: shop.Protect(locks, store, nil)})
+			if err := app.StartWorker(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = app.Close() })
+			h := app.Handler()
+			perKey := small.Pays / small.PayKeys // the burst's requests per key; the next is the retry
+			var mu sync.Mutex
+			seen := map[string]int{}
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				key := r.Header.Get("Idempotency-Key")
+				if strings.HasSuffix(r.URL.Path, "/pay") && strings.HasPrefix(key, "pay-") {
+					mu.Lock()
+					seen[key]++
+					retry := seen[key] > perKey
+					mu.Unlock()
+					if retry {
+						tc.retry(h, w, r)
+						return
+					}
+				}
+				h.ServeHTTP(w, r)
+			}))
+			t.Cleanup(hs.Close)
+
+			r := stormAt(t, hs.URL)
+			if r.Charges != 1 || r.OrdersPaid != 1 {
+				t.Fatalf("precondition: one charge for the paid order, got %d charges, %d paid", r.Charges, r.OrdersPaid)
+			}
+			if r.Clean() {
+				t.Errorf("the pay retries were answered %v (%d replayed 200s), yet the storm reports 0 anomalies", r.RetryAnswers, r.RetryReplayed)
+			}
+		})
+	}
+}
+
 // shopParts starts a Redis and opens a database and a lock client on it, for a shop a test
 // assembles itself; all are closed when the test ends.
 func shopParts(t *testing.T) (*redis.Client, *shop.Store, *dlock.Client) {

@@ -22,10 +22,13 @@ type Report struct {
 	PayAnswers   map[int]int // status code (0: no response) -> count
 	RetryAnswers map[int]int // the retries sent one per key after the burst
 	PayReplayed  int         // answers (burst and retries) marked Idempotent-Replayed
-	OrdersPaid   int         // orders of the pay phase in status paid afterwards (0 or 1)
-	Charges      int         // charge entries for that order in the ledger
-	PayBalance   Balance     // the paying account
-	PayLatency   Percentiles
+	// RetryReplayed counts the retries answered 200 and marked Idempotent-Replayed: the
+	// paying key's stored answer, which a protected shop gives back exactly once.
+	RetryReplayed int
+	OrdersPaid    int     // orders of the pay phase in status paid afterwards (0 or 1)
+	Charges       int     // charge entries for that order in the ledger
+	PayBalance    Balance // the paying account
+	PayLatency    Percentiles
 
 	// Withdrawals and refunds.
 	WithdrawAnswers map[int]int
@@ -81,6 +84,11 @@ func (r *Report) Anomalies() []Anomaly {
 	add(r.BalanceMismatches, "accounts whose balance is not the expected one")
 	add(r.InconsistentLedgers, "accounts whose ledger does not add up to the balance")
 	add(unexpected(r.PayAnswers, http.StatusOK, http.StatusConflict), "pay answers other than 200 or 409")
+	add(unexpected(r.RetryAnswers, http.StatusOK, http.StatusConflict), "pay retries answered other than 200 or 409")
+	if r.Protected && r.OrdersPaid == 1 {
+		// The key that paid is retried once: a protected shop replays its stored 200.
+		add(r.RetryReplayed-1, "retries of the paying key not answered with its stored 200 (replayed)")
+	}
 	add(unexpected(r.WithdrawAnswers, http.StatusOK), "withdraw answers other than 200")
 	add(unexpected(r.RefundAnswers, http.StatusAccepted, http.StatusConflict), "refund answers other than 202 or 409")
 	return out
@@ -120,6 +128,11 @@ func (s *storm) measure(ctx context.Context, r *Report, payer account, payOrder 
 		anyPaid = anyPaid || o.ans.status == http.StatusOK
 		if o.ans.replayed {
 			r.PayReplayed++
+		}
+	}
+	for _, o := range retries {
+		if o.ans.status == http.StatusOK && o.ans.replayed {
+			r.RetryReplayed++
 		}
 	}
 	var o order

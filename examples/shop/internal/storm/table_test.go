@@ -15,7 +15,8 @@ func TestWriteTable(t *testing.T) {
 		RefundOrders: 12, RefundsWanted: 12, RefundsApplied: 15, RefundMismatches: 2, LostUpdates: 7, InconsistentLedgers: 2, BalanceMismatches: 1,
 		PayLatency: Percentiles{P50: 40 * time.Millisecond, P99: 60 * time.Millisecond},
 	}
-	good := &Report{Config: cfg, Protected: true, PayAnswers: map[int]int{200: 1, 409: 49}, OrdersPaid: 1, Charges: 1}
+	good := &Report{Config: cfg, Protected: true, PayAnswers: map[int]int{200: 1, 409: 49}, OrdersPaid: 1, Charges: 1,
+		RetryAnswers: map[int]int{200: 1, 409: 4}, RetryReplayed: 1}
 	var b strings.Builder
 	if err := WriteTable(&b, bad, good); err != nil {
 		t.Fatal(err)
