@@ -3,7 +3,9 @@
 //
 // With no configuration it starts its own throwaway redis-server on a free loopback port
 // and its own SQLite file in a temporary directory, and removes both on exit. REDIS_ADDR
-// and -db point it at a real Redis and database file instead. SIGINT or SIGTERM shut it
+// and -db point it at a real Redis and database file instead; with -db alone, its own
+// redis-server keeps an append-only file in the directory <db>.redis, so that queued refunds
+// and stored answers survive a restart along with the ledger. SIGINT or SIGTERM shut it
 // down cleanly.
 //
 //	go run ./examples/shop/cmd/shop               # http://127.0.0.1:8080

@@ -25,7 +25,7 @@ func main() {
 func run() error {
 	var o shop.Options
 	flag.StringVar(&o.Addr, "addr", shop.DefaultAddr, "listen address")
-	flag.StringVar(&o.DBPath, "db", "", "SQLite database file (default: a temporary file, removed on exit)")
+	flag.StringVar(&o.DBPath, "db", "", "SQLite database file (default: a temporary file, removed on exit); without REDIS_ADDR, the own redis-server persists to <db>.redis")
 	flag.BoolVar(&o.Unprotected, "unprotected", false, "serve the same routes without the lock middlewares")
 	flag.Parse()
 	o.RedisAddr = os.Getenv("REDIS_ADDR")
@@ -43,7 +43,10 @@ func run() error {
 		mode = "UNPROTECTED"
 	}
 	redisNote := in.RedisAddr
-	if o.RedisAddr == "" {
+	switch {
+	case o.RedisAddr == "" && o.DBPath != "":
+		redisNote += " (own redis-server, data in " + o.DBPath + ".redis)"
+	case o.RedisAddr == "":
 		redisNote += " (own redis-server)"
 	}
 	fmt.Printf("shop: %s on %s\n  redis  %s\n  db     %s\nCtrl-C to stop.\n", mode, in.URL, redisNote, in.DBPath)

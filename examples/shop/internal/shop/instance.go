@@ -27,8 +27,11 @@ type Options struct {
 	Addr string
 	// DBPath is the SQLite file. Empty: a file in a new temporary directory, removed by Close.
 	DBPath string
-	// RedisAddr is a Redis to use. Empty: a throwaway redis-server child process on a free
-	// loopback port, stopped by Close.
+	// RedisAddr is a Redis to use. Empty: a redis-server child process on a free loopback
+	// port, stopped by Close. Without DBPath it is throwaway (no persistence); with DBPath it
+	// keeps an append-only file in the directory DBPath + ".redis", so that what the shop
+	// accepted and Redis holds (queued refunds, stored answers for replay, their done
+	// markers) survives a restart on the same database, as the ledger does.
 	RedisAddr string
 	// Unprotected serves the same routes without the lock middlewares.
 	Unprotected bool
@@ -51,7 +54,7 @@ type Instance struct {
 	store   *Store
 	rdb     *redis.Client
 	locks   *dlock.Client
-	redis   *redistest.Server // nil when Options.RedisAddr was given
+	redis   *redistest.Server // nil when Options.RedisAddr was given; persistent with DBPath
 	tempDir string            // "" when Options.DBPath was given
 }
 
@@ -71,7 +74,15 @@ func Start(ctx context.Context, o Options) (in *Instance, err error) {
 
 	in.RedisAddr = o.RedisAddr
 	if in.RedisAddr == "" {
-		if in.redis, err = redistest.Launch(); err != nil {
+		var opts []redistest.Option
+		if o.DBPath != "" {
+			dir := o.DBPath + ".redis"
+			if err = os.MkdirAll(dir, 0o700); err != nil {
+				return in, fmt.Errorf("shop: redis data directory: %w", err)
+			}
+			opts = append(opts, redistest.WithArgs("--dir", dir, "--appendonly", "yes", "--appendfsync", "everysec"))
+		}
+		if in.redis, err = redistest.Launch(opts...); err != nil {
 			return in, fmt.Errorf("shop: start redis-server: %w", err)
 		}
 		in.RedisAddr = in.redis.Addr()
@@ -153,6 +164,12 @@ func (in *Instance) Close(ctx context.Context) error {
 		errs = append(errs, in.store.Close())
 	}
 	if in.redis != nil {
+		if in.tempDir == "" {
+			// A persistent Redis (beside the database) is shut down with SIGTERM, which
+			// writes out its append-only file: the last second of writes (a task handed
+			// back to the queue by the worker's shutdown) is not lost.
+			errs = append(errs, in.redis.Stop())
+		}
 		errs = append(errs, in.redis.Close())
 	}
 	if in.tempDir != "" {

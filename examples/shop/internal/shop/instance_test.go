@@ -2,13 +2,19 @@ package shop_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/examples/shop/internal/shop"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
@@ -76,4 +82,101 @@ func TestFailedQuietAfterClose(t *testing.T) {
 		t.Errorf("Failed() delivered %v after Close", err)
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// TestRestartOnSameDB: with a database file and no Redis given, the shop's own redis-server
+// keeps its data beside the database, so a restart on the same file still replays a stored
+// pay answer and still runs a refund it had accepted (202) but not yet run: the worker was
+// waiting for the account's lock, held elsewhere, when the shop shut down.
+func TestRestartOnSameDB(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "shop.db")
+	start := func() *shop.Instance {
+		in, err := shop.Start(t.Context(), shop.Options{Addr: "127.0.0.1:0", DBPath: db})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = in.Close(context.Background()) })
+		return in
+	}
+	in := start()
+	var a shop.Account
+	call(t, http.StatusCreated, &a, "POST", in.URL+"/api/accounts", `{"owner":"alice","balance":10000}`)
+	var o shop.Order
+	call(t, http.StatusCreated, &o, "POST", in.URL+"/api/orders", `{"account_id":"`+a.ID+`","amount":2500}`)
+	paid := call(t, http.StatusOK, nil, "POST", in.URL+"/api/orders/"+o.ID+"/pay", "", "Idempotency-Key", "k1")
+
+	// Another client holds the account for a while (its lease outlives the restart).
+	rdb := redis.NewClient(&redis.Options{Addr: in.RedisAddr})
+	locks := dlock.New(rdb)
+	if _, err := locks.Acquire(t.Context(), "account:"+a.ID, dlock.WithTTL(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	call(t, http.StatusAccepted, nil, "POST", in.URL+"/api/orders/"+o.ID+"/refund", "")
+	eventually(t, 5*time.Second, "the refund task waiting for the account", func() bool {
+		var q map[string]int
+		call(t, http.StatusOK, &q, "GET", in.URL+"/api/queue", "")
+		return q["active"] == 1
+	})
+	_ = locks.Close()
+	_ = rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := in.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	again := start()
+	replay := call(t, http.StatusOK, nil, "POST", again.URL+"/api/orders/"+o.ID+"/pay", "", "Idempotency-Key", "k1")
+	if replay.body != paid.body || !replay.replayed {
+		t.Errorf("pay retried after the restart: %s (replayed %v), want the stored %s replayed", replay.body, replay.replayed, paid.body)
+	}
+	eventually(t, 20*time.Second, "the accepted refund applied after the restart", func() bool {
+		var got shop.Order
+		call(t, http.StatusOK, &got, "GET", again.URL+"/api/orders/"+o.ID, "")
+		return got.Status == shop.StatusRefunded
+	})
+	var acc shop.Account
+	call(t, http.StatusOK, &acc, "GET", again.URL+"/api/accounts/"+a.ID, "")
+	if acc.Balance != 10_000 {
+		t.Errorf("balance after the refund: %d, want 10000", acc.Balance)
+	}
+}
+
+type answer struct {
+	body     string
+	replayed bool
+}
+
+// call sends a request with header pairs, checks its status and decodes a JSON answer into
+// out (when not nil).
+func call(t *testing.T, want int, out any, method, url, body string, header ...string) answer {
+	t.Helper()
+	r, err := http.NewRequestWithContext(t.Context(), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, url, resp.StatusCode, b, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %s: %v", method, url, b, err)
+		}
+	}
+	return answer{body: string(b), replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
 }
