@@ -126,7 +126,8 @@ func Start(ctx context.Context, o Options) (in *Instance, err error) {
 	}
 	in.URL = "http://" + ln.Addr().String()
 	// ReadTimeout bounds a body sent slowly. Routes that queue for a lock read their body
-	// first and then lift the deadline (readBodyFirst), so the wait is not cut by it.
+	// first (readBodyFirst), before the wait: once the body is read, net/http clears the read
+	// deadline itself, so a long wait in the queue is not cut by it.
 	in.srv = &http.Server{Handler: in.app.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Second}
 	go func() {
 		if err := in.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
