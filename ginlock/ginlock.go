@@ -141,10 +141,15 @@ func (m *middleware) handle(c *gin.Context) {
 	if err != nil {
 		status := keyStatus(err)
 		if status == http.StatusInternalServerError {
-			m.cfg.log.ErrorContext(origCtx, "ginlock: key function failed", "route", route, "error", err)
-			// A failure, so a span marks it; the function's error text may hold request data.
+			// A failure, so a span marks it; a key function's error text may hold request
+			// data, while an undeclared parameter's names only the parameter and the route.
+			spanErr := errKeyFunc
+			if errors.Is(err, ErrUndeclaredParam) {
+				spanErr = err
+			}
+			m.cfg.log.ErrorContext(origCtx, spanErr.Error(), "route", route, "error", err)
 			_, span := m.tel.start(origCtx, route, "")
-			m.tel.end(origCtx, span, route, OutcomeError, false, errKeyFunc)
+			m.tel.end(origCtx, span, route, OutcomeError, false, spanErr)
 		} else {
 			m.tel.end(origCtx, nil, route, OutcomeInvalid, false, nil)
 		}

@@ -3,6 +3,7 @@ package ginlock_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -87,5 +88,33 @@ func TestTelemetryKeyFuncErrorSpan(t *testing.T) {
 				t.Errorf("the key function's error text is in span event %s", ev.Name)
 			}
 		}
+	}
+}
+
+// A key reading a path parameter the route does not declare is the server's mistake: the
+// 500's span and log say so, naming the parameter and the route, not "key function failed".
+func TestTelemetryUndeclaredParamSpan(t *testing.T) {
+	o := oteltest.New(t)
+	e := setup(t)
+	var logs strings.Builder
+	r := router()
+	r.POST("/a/:account_id", ginlock.New(e.locks, keyfunc.Join(keyfunc.Param("id")), ginlock.WithoutReplay(),
+		ginlock.WithTracerProvider(o.TP), ginlock.WithMeterProvider(o.MP),
+		ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))),
+		func(c *gin.Context) { c.Status(http.StatusOK) })
+	if w := do(r, req{path: "/a/42"}); w.Code != http.StatusInternalServerError {
+		t.Fatalf("precondition: %d", w.Code)
+	}
+	ended := o.Spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want one", len(ended))
+	}
+	desc := ended[0].Status().Description
+	if ended[0].Status().Code != codes.Error || !strings.Contains(desc, ginlock.ErrUndeclaredParam.Error()) ||
+		!strings.Contains(desc, `"id"`) || !strings.Contains(desc, "/a/:account_id") {
+		t.Errorf("span status %v %q, want codes.Error naming the undeclared parameter and the route", ended[0].Status().Code, desc)
+	}
+	if strings.Contains(logs.String(), "key function failed") || !strings.Contains(logs.String(), ginlock.ErrUndeclaredParam.Error()) {
+		t.Errorf("log %q, want the undeclared parameter's message", logs.String())
 	}
 }
