@@ -59,12 +59,7 @@ func TestStormCatchesMisappliedRefunds(t *testing.T) {
 	real := prot.Refund
 	prot.Refund = func(h asynq.Handler) asynq.Handler { return real(sabotage(h)) }
 
-	app := shop.NewApp(shop.Config{Store: store, Redis: rdb, Protection: prot})
-	if err := app.StartWorker(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = app.Close() })
-	hs := httptest.NewServer(app.Handler())
+	hs := httptest.NewServer(startApp(t, rdb, store, prot))
 	t.Cleanup(hs.Close)
 
 	r := stormAt(t, hs.URL)
@@ -102,12 +97,7 @@ func TestStormCatchesMisappliedRefunds(t *testing.T) {
 // accepted answer to a duplicate pay, so the storm must see that no pay went through.
 func TestStormCatchesAShopThatNeverPays(t *testing.T) {
 	rdb, store, locks := shopParts(t)
-	app := shop.NewApp(shop.Config{Store: store, Redis: rdb, Protection: shop.Protect(locks, store, nil)})
-	if err := app.StartWorker(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = app.Close() })
-	h := app.Handler()
+	h := startApp(t, rdb, store, shop.Protect(locks, store, nil))
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/pay") && strings.HasPrefix(r.Header.Get("Idempotency-Key"), "pay-") {
 			w.Header().Set("Content-Type", "application/json")
@@ -146,12 +136,7 @@ func TestStormCatchesBrokenPayRetries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rdb, store, locks := shopParts(t)
-			app := shop.NewApp(shop.Config{Store: store, Redis: rdb, Protection: shop.Protect(locks, store, nil)})
-			if err := app.StartWorker(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = app.Close() })
-			h := app.Handler()
+			h := startApp(t, rdb, store, shop.Protect(locks, store, nil))
 			perKey := small.Pays / small.PayKeys // the burst's requests per key; the next is the retry
 			var mu sync.Mutex
 			seen := map[string]int{}
@@ -180,6 +165,18 @@ func TestStormCatchesBrokenPayRetries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startApp starts a shop app with its worker on the parts, stopped when the test ends, and
+// returns its handler.
+func startApp(t *testing.T, rdb *redis.Client, store *shop.Store, prot shop.Protection) http.Handler {
+	t.Helper()
+	app := shop.NewApp(shop.Config{Store: store, Redis: rdb, Protection: prot})
+	if err := app.StartWorker(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = app.Close() })
+	return app.Handler()
 }
 
 // shopParts starts a Redis and opens a database and a lock client on it, for a shop a test
