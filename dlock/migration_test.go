@@ -36,6 +36,9 @@ func startSlotMigration(t *testing.T, ctx context.Context, cl *redistest.Cluster
 	m := &slotMigration{t: t}
 	for _, n := range cl.Nodes() {
 		rdb := n.Client(t)
+		if role, _ := rdb.Do(ctx, "ROLE").Slice(); len(role) == 0 || role[0] != "master" {
+			continue // a replica
+		}
 		m.masters = append(m.masters, rdb)
 		switch {
 		case n == src:
@@ -152,5 +155,46 @@ func TestSlotMigration(t *testing.T) {
 	defer again.Release(ctx)
 	if n, err := m.target.Exists(ctx, fmt.Sprintf("%s:{%s}:lock", dlock.DefaultPrefix, key)).Result(); err != nil || n != 1 {
 		t.Errorf("lock hash on the target node: %d, %v", n, err)
+	}
+}
+
+// With WithReplicaAck the scripts go to the slot's master on that node's own connection,
+// with WAIT after them. Once a slot has moved to another master, that node answers MOVED:
+// the Client follows it, as go-redis does for other commands, rather than failing until the
+// cluster client happens to reload its layout.
+func TestReplicaAckFollowsMovedSlot(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.WithReplicas(1))
+	ctx := testContext(t, 60*time.Second)
+	c := newClient(t, cl.Client(t), dlock.WithReplicaAck(1, 2*time.Second))
+	key := uniqueKey(t)
+	lk, err := c.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := startSlotMigration(t, ctx, cl, "lockguard:{"+key+"}:lock")
+	m.finish(ctx)
+	waitReplicated(t, ctx, m.target)
+
+	lk, err = c.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire after the slot moved (the migration is over): %v", err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatalf("Release after the slot moved: %v", err)
+	}
+}
+
+// waitReplicated waits until master has a replica online.
+func waitReplicated(t *testing.T, ctx context.Context, master *redis.Client) {
+	t.Helper()
+	for !strings.Contains(master.Info(ctx, "replication").Val(), "connected_slaves:1") {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the slot's new master has no replica")
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

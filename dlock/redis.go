@@ -173,29 +173,39 @@ var errNotReplicated = errors.New("not acknowledged by enough replicas")
 
 // runAcked runs a script and WAIT in one pipeline on the connection of the key's master, so
 // WAIT covers exactly that script's writes.
+//
+// On a Cluster, a MOVED reply (the slot moved to another master since the client last
+// loaded the cluster's layout) is followed, as go-redis follows it for other commands: the
+// layout is reloaded and the pipeline sent to the slot's new master, at most twice.
 func (b *redisBackend) runAcked(ctx context.Context, script *redis.Script, src string, keys []string, args []any) (any, error) {
-	node, err := b.master(ctx, keys[0])
-	if err != nil {
-		return nil, err
-	}
 	var (
 		eval *redis.Cmd
 		wait *redis.Cmd
 	)
-	send := func(useEval bool) {
-		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if useEval {
-				eval = p.Eval(ctx, src, keys, args...)
-			} else {
-				eval = p.EvalSha(ctx, script.Hash(), keys, args...)
-			}
-			wait = p.Do(ctx, "WAIT", b.replicas, b.replicaWait.Milliseconds())
-			return nil
-		})
-	}
-	send(false)
-	if isNoScript(eval.Err()) {
-		send(true)
+	for redirects := 0; ; redirects++ {
+		node, err := b.master(ctx, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		send := func(useEval bool) {
+			_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+				if useEval {
+					eval = p.Eval(ctx, src, keys, args...)
+				} else {
+					eval = p.EvalSha(ctx, script.Hash(), keys, args...)
+				}
+				wait = p.Do(ctx, "WAIT", b.replicas, b.replicaWait.Milliseconds())
+				return nil
+			})
+		}
+		send(false)
+		if isNoScript(eval.Err()) {
+			send(true)
+		}
+		addr, moved := redis.IsMovedError(eval.Err())
+		if !moved || redirects == 2 || !b.awaitSlotOwner(ctx, keys[0], addr) {
+			break
+		}
 	}
 	reply, err := eval.Result()
 	if err != nil {
@@ -207,6 +217,30 @@ func (b *redisBackend) runAcked(ctx context.Context, script *redis.Script, src s
 		return nil, fmt.Errorf("%w: %d of %d", errNotReplicated, n, b.replicas)
 	}
 	return reply, nil
+}
+
+// slotReloadWait bounds how long awaitSlotOwner waits for a Cluster client to reload its
+// layout: one CLUSTER SLOTS round trip.
+const slotReloadWait = 250 * time.Millisecond
+
+// awaitSlotOwner has a Cluster client reload its layout and waits, up to slotReloadWait,
+// until it names addr as the master of key's slot. It reports whether it does.
+func (b *redisBackend) awaitSlotOwner(ctx context.Context, key, addr string) bool {
+	cc, ok := b.rdb.(*redis.ClusterClient)
+	if !ok {
+		return false
+	}
+	cc.ReloadState(ctx) // starts a reload in the background
+	deadline := time.Now().Add(slotReloadWait)
+	for {
+		if node, err := cc.MasterForKey(ctx, key); err == nil && node.Options().Addr == addr {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // master returns the client of the node that serves key: rdb itself, or on a Cluster the
