@@ -167,5 +167,12 @@ type listener interface {
 	C() <-chan notice
 	// Ready is closed once notices published from now on will be delivered.
 	Ready() <-chan struct{}
+	// Gone is closed when notices can no longer reach this listener (its subscription was
+	// lost): the waiter should listen anew. Nil for a listener that cannot be lost.
+	Gone() <-chan struct{}
+	// Unconfirmed tells the store that Ready was awaited for a whole retry interval in vain:
+	// the subscription may have been refused (sent to a node that no longer serves the
+	// channel), and Gone is closed if the store thinks so.
+	Unconfirmed()
 	Close()
 }

@@ -66,15 +66,6 @@ func TestFailedInnerReleaseStillFreesKey(t *testing.T) {
 	}
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // Close ends a wait in progress with ErrClosed; the waiter does not go on to take the lock
 // for a Client nobody can use any more.
 func TestCloseEndsWaits(t *testing.T) {

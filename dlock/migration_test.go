@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,9 @@ type slotMigration struct {
 	masters        []*redis.Client
 }
 
-func startSlotMigration(t *testing.T, ctx context.Context, cl *redistest.Cluster, key string) *slotMigration {
+//
+// The target is the first other master whose address is not in avoid.
+func startSlotMigration(t *testing.T, ctx context.Context, cl *redistest.Cluster, key string, avoid ...string) *slotMigration {
 	t.Helper()
 	src, err := cl.MasterOf(ctx, key)
 	if err != nil {
@@ -43,7 +46,7 @@ func startSlotMigration(t *testing.T, ctx context.Context, cl *redistest.Cluster
 		switch {
 		case n == src:
 			m.source = rdb
-		case m.target == nil:
+		case m.target == nil && !slices.Contains(avoid, n.Addr()):
 			m.target, m.targetAddr = rdb, n.Addr()
 		}
 	}
@@ -197,4 +200,82 @@ func waitReplicated(t *testing.T, ctx context.Context, master *redis.Client) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// A Cluster node that gives a slot away to another master ends its sharded subscriptions
+// of the slot's channels, and answers MOVED to a new SSUBSCRIBE on a connection that was
+// bound to it before. Waiters must still be woken by the hand-off message, not find the lock
+// at their next look a retry interval later: a subscription Redis ended is dropped with its
+// connection at once, one never confirmed after a retry interval too, and the waiters listen
+// anew on a connection to the slot's master of now.
+func TestHandOffAfterSlotMigration(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	rdb := cl.Client(t)
+	ctx := testContext(t, 90*time.Second)
+	holder := newClient(t, rdb)
+	waiter := newClient(t, rdb, dlock.WithRetryInterval(5*time.Second))
+	key := uniqueKey(t)
+	handOff := func(what string, within time.Duration) {
+		t.Helper()
+		took, err := handOffTime(t, ctx, holder, waiter, key)
+		t.Logf("%s: the waiter got the lock %v after the release", what, took)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if took > within {
+			t.Errorf("%s: the waiter got the lock %v after the release, want it woken by the message (its next look comes 5 s after the last)", what, took)
+		}
+	}
+	handOff("before the migration", 2*time.Second)
+	lockKey := "lockguard:{" + key + "}:lock"
+	first, err := cl.MasterOf(ctx, lockKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The slot moves while the channel is still subscribed (its linger after the last wait).
+	m := startSlotMigration(t, ctx, cl, lockKey)
+	m.finish(ctx)
+	handOff("after the slot moved, the subscription lingering", 2*time.Second)
+
+	// The slot moves while the connection is idle: no channel subscribed, so no sign of the
+	// move reaches it, and the next SSUBSCRIBE on it goes unconfirmed (MOVED).
+	time.Sleep(1500 * time.Millisecond) // past the linger
+	// On to the third master: the connection of the waits before is bound to neither.
+	m = startSlotMigration(t, ctx, cl, lockKey, first.Addr())
+	m.finish(ctx)
+	handOff("after the slot moved again, the connection idle", 2*time.Second)
+	handOff("the wait after that", 2*time.Second)
+}
+
+// handOffTime: the holder takes key, the waiter waits for it, the holder releases it 300 ms
+// later; it returns how long after the release the waiter had the lock.
+func handOffTime(t *testing.T, ctx context.Context, holder, waiter *dlock.Client, key string) (time.Duration, error) {
+	t.Helper()
+	lk, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lk  *dlock.Lock
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		l, err := waiter.Acquire(wctx, key)
+		got <- result{l, err, time.Now()}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	released := time.Now()
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err == nil {
+		_ = r.lk.Release(ctx)
+	}
+	return r.at.Sub(released), r.err
 }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,7 +61,15 @@ type psConn struct {
 	sent    map[string][]*chanState
 	sending bool // a goroutine is sending the queue
 	made    bool // the first subscribe went through: the connection exists, dispatch runs
-	dropped bool // taken out of conns (its first subscribe failed, idle, or closed)
+	dropped bool // taken out of conns (its first subscribe failed, idle, lost, or closed)
+	// unsubs counts, per channel, our unsubscribes sent and not yet confirmed: an
+	// unsubscribe confirmation beyond them is Redis dropping the subscription itself.
+	unsubs map[string]int
+	// dropErr is what ops still queued when the connection was dropped fail with.
+	dropErr error
+	// addr is, on a Cluster, the master of the slot as the client's layout named it when
+	// the connection was dialled: the node go-redis bound it to.
+	addr string
 }
 
 // subOp is one SUBSCRIBE (cs != nil) or UNSUBSCRIBE of a channel, queued on a connection.
@@ -74,6 +83,7 @@ type subOp struct {
 type chanState struct {
 	sub       *subOp // the subscribe that made this channel state
 	ready     chan struct{}
+	gone      chan struct{} // closed when the connection was lost: listen anew
 	listeners map[*chanListener]struct{}
 	linger    *time.Timer // set while the channel has no listener; ends the subscription
 }
@@ -120,7 +130,7 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 	}
 	cs := conn.chans[channel]
 	if cs == nil {
-		cs = &chanState{ready: make(chan struct{}), listeners: map[*chanListener]struct{}{}}
+		cs = &chanState{ready: make(chan struct{}), gone: make(chan struct{}), listeners: map[*chanListener]struct{}{}}
 		cs.sub = &subOp{channel: channel, cs: cs, done: make(chan struct{})}
 		conn.chans[channel] = cs
 		s.queueLocked(conn, cs.sub)
@@ -151,7 +161,8 @@ func (s *subscriber) connLocked(slot int) *psConn {
 	} else {
 		ps = s.rdb.Subscribe(context.Background())
 	}
-	conn := &psConn{slot: slot, ps: ps, chans: map[string]*chanState{}, sent: map[string][]*chanState{}}
+	conn := &psConn{slot: slot, ps: ps, chans: map[string]*chanState{}, sent: map[string][]*chanState{},
+		unsubs: map[string]int{}, dropErr: ErrClosed}
 	s.conns[slot] = conn
 	return conn
 }
@@ -187,10 +198,19 @@ func (s *subscriber) send(conn *psConn) {
 		s.mu.Unlock()
 
 		if dropped {
-			op.finish(ErrClosed)
+			s.mu.Lock()
+			err := conn.dropErr
+			s.mu.Unlock()
+			op.finish(err)
 			continue
 		}
 		ctx, cancel := context.WithTimeout(s.sends, sendTimeout)
+		if first && s.sharded {
+			addr := s.slotMaster(ctx, op.channel) // the node the dial below goes to
+			s.mu.Lock()
+			conn.addr = addr
+			s.mu.Unlock()
+		}
 		err := s.sendOp(ctx, conn.ps, op)
 		cancel()
 		if first {
@@ -202,7 +222,7 @@ func (s *subscriber) send(conn *psConn) {
 				delete(conn.chans, op.channel)
 				// go-redis keeps a channel whose SUBSCRIBE failed on its list, and subscribes
 				// it again when it reconnects: take it off, in order with later changes.
-				s.queueLocked(conn, &subOp{channel: op.channel, done: make(chan struct{})})
+				s.queueUnsubscribeLocked(conn, op.channel)
 				s.idleLocked(conn)
 			}
 			s.mu.Unlock()
@@ -212,6 +232,11 @@ func (s *subscriber) send(conn *psConn) {
 			if s.closed {
 				err = ErrClosed // whatever the send did, the connection is gone
 			}
+			s.mu.Unlock()
+		}
+		if err != nil && op.cs == nil {
+			s.mu.Lock()
+			conn.unsubscribed(op.channel) // no confirmation will come for it
 			s.mu.Unlock()
 		}
 		// An unsubscribe is best effort: a failed one only costs ignored messages until the
@@ -415,11 +440,15 @@ func (s *subscriber) dispatch(conn *psConn, msgs <-chan any) {
 	for m := range msgs {
 		switch m := m.(type) {
 		case *redis.Subscription:
-			if m.Kind != "subscribe" && m.Kind != "ssubscribe" {
-				continue
-			}
 			s.mu.Lock()
-			conn.confirmed(m.Channel)
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				conn.confirmed(m.Channel)
+			case "unsubscribe", "sunsubscribe":
+				if !conn.unsubscribed(m.Channel) && conn.chans[m.Channel] != nil {
+					s.lostLocked(conn) // not ours: Redis ended it
+				}
+			}
 			s.mu.Unlock()
 		case *redis.Message:
 			owner, n, ok := parseNotice(m.Payload)
@@ -435,6 +464,62 @@ func (s *subscriber) dispatch(conn *psConn, msgs <-chan any) {
 
 func (l *chanListener) C() <-chan notice       { return l.c }
 func (l *chanListener) Ready() <-chan struct{} { return l.cs.ready }
+func (l *chanListener) Gone() <-chan struct{}  { return l.cs.gone }
+
+// Unconfirmed drops the listener's connection as lost (see lostLocked) when its
+// subscription, sent without error, is still unconfirmed and the connection is bound to a
+// node that, by the Cluster's layout of now, no longer serves the slot. A subscription that
+// is only slow to be confirmed (a busy or paused server) keeps its connection. On a single
+// server or behind Sentinel it does nothing.
+func (l *chanListener) Unconfirmed() {
+	s := l.s
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok || !s.sharded {
+		return
+	}
+	s.mu.Lock()
+	pending := l.conn.chans[l.channel] == l.cs && l.cs.sub.sentOK() && !isClosed(l.cs.ready)
+	addr := l.conn.addr
+	s.mu.Unlock()
+	if !pending {
+		return
+	}
+	cc.ReloadState(context.Background()) // in the background: for this check or the next
+	ctx, cancel := context.WithTimeout(s.sends, sendTimeout)
+	now := s.slotMaster(ctx, l.channel)
+	cancel()
+	if now == "" || now == addr {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.conn.chans[l.channel] == l.cs && !isClosed(l.cs.ready) {
+		s.lostLocked(l.conn)
+	}
+}
+
+// slotMaster is the address of the master of channel's slot in the Cluster client's layout,
+// or "" when there is none.
+func (s *subscriber) slotMaster(ctx context.Context, channel string) string {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	node, err := cc.MasterForKey(ctx, channel)
+	if err != nil {
+		return ""
+	}
+	return node.Options().Addr
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
 
 // Close stops the listener; the channel is unsubscribed linger after its last listener left,
 // unless a new one comes first.
@@ -466,9 +551,64 @@ func (s *subscriber) unsubscribe(conn *psConn, channel string, cs *chanState) {
 	// late (Redis paused past linger) may then mark the next state ready a moment early: a
 	// wait then relies on its next look, as when a message is lost.
 	conn.unsent(cs)
-	s.queueLocked(conn, &subOp{channel: channel, done: make(chan struct{})})
+	s.queueUnsubscribeLocked(conn, channel)
 	s.idleLocked(conn)
 }
+
+// queueUnsubscribeLocked queues an unsubscribe of channel on conn, counting it so that its
+// confirmation is told from Redis dropping the subscription.
+func (s *subscriber) queueUnsubscribeLocked(conn *psConn, channel string) {
+	conn.unsubs[channel]++
+	s.queueLocked(conn, &subOp{channel: channel, done: make(chan struct{})})
+}
+
+// unsubscribed counts off one of our unsubscribes of channel; it reports false when none was
+// outstanding.
+func (c *psConn) unsubscribed(channel string) bool {
+	n := c.unsubs[channel]
+	switch {
+	case n == 0:
+		return false
+	case n == 1:
+		delete(c.unsubs, channel)
+	default:
+		c.unsubs[channel] = n - 1
+	}
+	return true
+}
+
+// lostLocked drops conn because Redis no longer delivers its channels' messages: it ended a
+// subscription we did not end (a Cluster node that gave the slot away to another master in
+// a resharding does so), or a subscription went unconfirmed on a connection bound to a node
+// that no longer serves the slot (go-redis binds a sharded subscription to the node its
+// cluster layout named when it dialled, and swallows a MOVED reply to SSUBSCRIBE). The channels' listeners are told (Gone) and listen anew, on a new connection;
+// on a Cluster the client first reloads its layout, so that connection goes to the slot's
+// master of now.
+func (s *subscriber) lostLocked(conn *psConn) {
+	if conn.dropped {
+		return
+	}
+	lost := make([]*chanState, 0, len(conn.chans))
+	for _, cs := range conn.chans {
+		lost = append(lost, cs)
+	}
+	s.dropLocked(conn)
+	conn.dropErr = errSubscriptionLost
+	for _, cs := range lost {
+		close(cs.gone)
+	}
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background()) // in the background
+	}
+	s.wg.Add(1)
+	go func() { // not from dispatch itself: Close waits for the channel it reads to drain
+		defer s.wg.Done()
+		_ = conn.ps.Close()
+	}()
+}
+
+// errSubscriptionLost fails subscription changes still queued on a connection that was lost.
+var errSubscriptionLost = errors.New("pub/sub subscription lost")
 
 // idleLocked closes conn after idleClose unless a new listener arrives first.
 func (s *subscriber) idleLocked(conn *psConn) {

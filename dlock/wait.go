@@ -71,15 +71,16 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 	busyToken := res.token
 	timer := time.NewTimer(c.cfg.retry)
 	defer timer.Stop()
-	look := false
-	if lis == nil {
-		// Listen for the hand-off, then look once more: the release may have come between
-		// our first look and the subscription.
+	// subscribe listens for the hand-off (look once more after it: the release may have come
+	// between our last look and the subscription). It returns a non-nil error when the wait
+	// is over.
+	subscribe := func() error {
+		var err error
 		lis, err = c.be.listen(ctx, r.key, r.owner)
 		switch {
 		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
 			c.cleanup(ctx, r, nil)
-			return g, c.waitErr(ctx, err)
+			return c.waitErr(ctx, err)
 		case err != nil:
 			// No subscription (its connection cannot be made, while commands go through):
 			// the wait goes on by looking every retry interval. A Redis that is down shows
@@ -87,17 +88,26 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			c.log.Warn("dlock: waiting without pub/sub; looking every retry interval",
 				"key_hash", KeyHash(r.key), "err", err)
 			lis = polling{}
-		default:
-			select {
-			case <-lis.Ready():
-			case <-timer.C:
-			case <-ctx.Done():
-				c.cleanup(ctx, r, nil)
-				return g, c.waitEnded(ctx, r.key)
-			case <-c.closing:
-				c.cleanup(ctx, r, nil) // Close waits for it
-				return g, ErrClosed
-			}
+			return nil
+		}
+		timer.Reset(min(c.cfg.retry, confirmWait))
+		select {
+		case <-lis.Ready():
+		case <-timer.C:
+			lis.Unconfirmed()
+		case <-ctx.Done():
+			c.cleanup(ctx, r, nil)
+			return c.waitEnded(ctx, r.key)
+		case <-c.closing:
+			c.cleanup(ctx, r, nil) // Close waits for it
+			return ErrClosed
+		}
+		return nil
+	}
+	look := false
+	if lis == nil {
+		if err := subscribe(); err != nil {
+			return g, err
 		}
 		look = true
 	}
@@ -125,6 +135,12 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 		case <-c.closing:
 			c.cleanup(ctx, r, nil) // Close waits for it
 			return g, ErrClosed
+		case <-lis.Gone():
+			// The subscription was lost (its node gave the slot away): listen anew.
+			lis.Close()
+			if err := subscribe(); err != nil {
+				return g, err
+			}
 		case n := <-lis.C():
 			if n.token == 0 || n.lease <= 0 || n.token <= busyToken {
 				continue // look again now (a notice without its lease: the look tells it; a stale one)
@@ -139,9 +155,17 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			g.token, g.sent, g.valid, g.handedOff = n.token, queuedAt, n.lease, true
 			return g, nil
 		case <-timer.C:
+			if !isClosed(lis.Ready()) {
+				lis.Unconfirmed() // still: ask again, the Cluster's layout may have changed
+			}
 		}
 	}
 }
+
+// confirmWait is how long a wait waits for its subscription to be confirmed before it looks
+// at the lock anyway (the retry interval, if shorter) and asks the listener whether the
+// subscription went to a node that no longer serves the slot (Unconfirmed).
+const confirmWait = 250 * time.Millisecond
 
 // polling is the listener of a wait without subscription: no notice ever comes, so the wait
 // loop looks again every retry interval (or when the holder's lease ends).
@@ -151,6 +175,8 @@ var closedReady = func() chan struct{} { c := make(chan struct{}); close(c); ret
 
 func (polling) C() <-chan notice       { return nil }
 func (polling) Ready() <-chan struct{} { return closedReady }
+func (polling) Gone() <-chan struct{}  { return nil }
+func (polling) Unconfirmed()           {}
 func (polling) Close()                 {}
 
 // settled reports whether res ends the acquisition, and with which error.
