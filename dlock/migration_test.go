@@ -28,7 +28,6 @@ type slotMigration struct {
 	masters        []*redis.Client
 }
 
-//
 // The target is the first other master whose address is not in avoid.
 func startSlotMigration(t *testing.T, ctx context.Context, cl *redistest.Cluster, key string, avoid ...string) *slotMigration {
 	t.Helper()
