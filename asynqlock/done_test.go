@@ -2,6 +2,7 @@ package asynqlock_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/lockguard/lockguard/asynqlock"
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/locktest"
 	"github.com/lockguard/lockguard/keyfunc"
 )
 
@@ -123,4 +126,53 @@ func outcomeCounts(t *testing.T, reader sdkmetric.Reader) map[string]int64 {
 		}
 	}
 	return counts
+}
+
+// The handler succeeded under the lock, but the done marker cannot be written (the store
+// goes away right after the handler returns): the task must still succeed (nil), or
+// asynq runs the payment again.
+func TestDoneMarkerNotWrittenTaskSucceeds(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	var ran atomic.Int64
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		ran.Add(1)
+		if err := e.srv.Kill(); err != nil {
+			t.Error(err)
+		}
+		return nil
+	}), e.lock, taskAccountKey, asynqlock.WithDoneMarker(time.Minute))
+	err := h.ProcessTask(ctx, asynq.NewTask("account:deduct", []byte(`{"account_id":"1"}`)))
+	if ran.Load() != 1 {
+		t.Fatalf("handler ran %d times", ran.Load())
+	}
+	if err != nil {
+		t.Fatalf("handler succeeded but the task failed (asynq would run it again): %v", err)
+	}
+}
+
+// With a done marker, a lock lost while the handler ran still fails the task with
+// dlock.ErrLockLost (retried by asynq), even when the handler itself returns nil.
+func TestLostLockWithDoneMarkerFails(t *testing.T) {
+	e := newEnv(t, dlock.WithLease(300*time.Millisecond))
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		keys := locktest.Held(t, e.rdb)
+		if len(keys) != 1 {
+			t.Errorf("lock keys %v, want one", keys)
+			return nil
+		}
+		if err := e.rdb.Del(ctx, keys[0]).Err(); err != nil {
+			t.Error(err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+			t.Error("handler not cancelled on loss")
+		}
+		return nil // a handler that finished its work anyway
+	}), e.lock, taskAccountKey, asynqlock.WithDoneMarker(time.Minute))
+	err := h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{"account_id":"1"}`)))
+	if !errors.Is(err, dlock.ErrLockLost) || !asynqlock.IsFailure(err) {
+		t.Fatalf("err = %v; want a failure wrapping dlock.ErrLockLost", err)
+	}
 }

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -102,5 +103,39 @@ func TestFencingAfterKeyLoss(t *testing.T) {
 			rdb.Del(ctx, keys...)
 		}
 		_ = lk.Release(ctx)
+	}
+}
+
+// The lock hash's last token is ahead of the server clock (a promoted replica whose clock is
+// behind the old master's): the next tokens must still be strictly above it and each other.
+func TestTokensAboveLastWhenClockBehind(t *testing.T) {
+	_, rdb, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+	lockKey := "lockguard:{" + key + "}:lock"
+	lk0, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ahead := time.Now().Add(time.Hour).UnixMicro()
+	if err := rdb.HSet(ctx, lockKey, "t", strconv.FormatInt(ahead, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	last := ahead
+	for i := range 3 {
+		lk, err := c.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lk.Token() <= last {
+			t.Fatalf("acquisition %d: token %d not above the last %d", i, lk.Token(), last)
+		}
+		last = lk.Token()
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
