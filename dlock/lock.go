@@ -412,6 +412,11 @@ func (l *lease) watcher() *watchdog {
 func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) {
 	l := lk.l
 	if err := l.err(); err != nil {
+		if !errors.Is(err, ErrLockLost) {
+			// Released since the caller found it in ctx: ctx, which ends with the lease,
+			// is ending, and answers as it does right after the release.
+			return nil, &waitError{ctxErr: context.Canceled}
+		}
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
