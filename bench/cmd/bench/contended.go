@@ -80,10 +80,10 @@ func (b *bench) contended(ctx context.Context, rep *report) error {
 			cfgs = append(cfgs, cfg{g, b.plan.holds[0], b.plan.curveDur, false})
 		}
 	}
-	i := 0
-	for _, c := range cfgs {
-		for _, name := range rotate(contenders.Names, i) {
-			i++
+	// Each configuration starts the rotation one contender later than the one before, so no
+	// contender always runs first (after the previous configuration's last run).
+	for ci, c := range cfgs {
+		for _, name := range rotate(contenders.Names, ci) {
 			r, err := b.contendedRun(ctx, name, c.g, c.hold, c.dur)
 			if err != nil {
 				return err

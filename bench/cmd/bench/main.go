@@ -58,7 +58,7 @@ func newPlan(quick bool) plan {
 		manyWorkers:    64,
 		renewLocks:     10000,
 		renewLease:     1500 * time.Millisecond,
-		renewPeriods:   2,
+		renewPeriods:   3,
 		renewRounds:    3,
 		ginDur:         4 * time.Second,
 		ginMaxReqs:     200000,

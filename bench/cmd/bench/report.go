@@ -325,9 +325,10 @@ func (r *report) writeRenewal(w func(string, ...any)) {
 		return
 	}
 	rn := r.renewal[0].runs[0]
-	w("%d locks are acquired with a %s lease and held for %d lease periods (%s), in %d rounds per contender in an order that rotates from round to round; ",
-		rn.locks, fmtDur(rn.lease), r.plan.renewPeriods, fmtDur(rn.window), r.plan.renewRounds)
-	w("what the client sends meanwhile is counted per renewal period (lease/3 = %s), and each figure is the median of the rounds with their range. ", fmtDur(rn.lease/3))
+	w("%d locks are acquired with a %s lease and held, in %d rounds per contender in an order that rotates from round to round; ",
+		rn.locks, fmtDur(rn.lease), r.plan.renewRounds)
+	w("what the client sends is counted over a window of %d lease periods (%s) while they are held, per renewal period (lease/3 = %s) and per second, and each figure is the median of the rounds with their range. ",
+		r.plan.renewPeriods, fmtDur(rn.window), fmtDur(rn.lease/3))
 	w("The window opens a lease and half a renewal period after the last lock was acquired, once every lock's renewal cycle has run a few times and the load of the acquisitions is gone; ")
 	w("it lasts a whole number of renewal periods, so both of its ends fall at the same point of the cycle, half a period away from the ticks of the last locks acquired, and find about the same refreshes in flight (requests are counted as they complete). ")
 	w("lockguard renews through its watchdog; the others run one refresh loop per lock ")
@@ -335,8 +336,11 @@ func (r *report) writeRenewal(w func(string, ...any)) {
 	w("One refresh per lock per period is %d refreshes; for the libraries that refresh with one script call that is %d requests and %d round trips. ", rn.locks, rn.locks, rn.locks)
 	w("**refreshes/period** counts the loops' `Refresh` calls that started in the window (one per tick of a loop's ticker: fewer than due means dropped ticks) and that completed in it, ")
 	w("and **Refresh p50 / p99** times the completed ones.\n\n")
-	w("| contender | requests/period | round trips/period | commandstats top-level/period | vs one refresh per lock | refreshes/period: started / completed | Refresh p50 / p99 | locks lost | errors |\n")
-	w("|---|---|---|---|---|---|---|---|---|\n")
+	w("| contender | requests/period | round trips/period | requests/s | round trips/s | commandstats top-level/period | vs one refresh per lock | refreshes/period: started / completed | Refresh p50 / p99 | locks lost | errors |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	perSecond := func(f func(*renewalResult) float64) func(*renewalResult) float64 {
+		return func(r *renewalResult) float64 { return f(r) / (r.lease / 3).Seconds() }
+	}
 	for _, x := range r.renewal {
 		req := x.spreadOf((*renewalResult).requestsPerPeriod)
 		vs := x.spreadOf(func(r *renewalResult) float64 { return 100 * r.requestsPerPeriod() / float64(r.locks) })
@@ -346,7 +350,8 @@ func (r *report) writeRenewal(w func(string, ...any)) {
 			l := x.refreshLat()
 			lat = fmt.Sprintf("%s / %s", fmtDur(l.Quantile(0.5)), fmtDur(l.Quantile(0.99)))
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %d | %d |\n", x.name, req.count(1), x.spreadOf((*renewalResult).roundTripsPerPeriod).count(1),
+		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d |\n", x.name, req.count(1), x.spreadOf((*renewalResult).roundTripsPerPeriod).count(1),
+			x.spreadOf(perSecond((*renewalResult).requestsPerPeriod)).count(1), x.spreadOf(perSecond((*renewalResult).roundTripsPerPeriod)).count(1),
 			x.spreadOf((*renewalResult).topLevelPerPeriod).count(1), fmt.Sprintf("%.2f%% (%.2f–%.2f%%)", vs.med, vs.lo, vs.hi), refr, lat, x.lost(), x.errs())
 	}
 	w("\n")
