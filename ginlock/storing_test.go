@@ -423,26 +423,3 @@ func TestCutStreamIsNotStored(t *testing.T) {
 			w.Code, w.Body.Len(), len(full), w.Header().Get(ginlock.ReplayedHeader), runs.Load())
 	}
 }
-
-// A 500 from the handler (a crashed payment call) must not be stored: the retry runs again.
-func TestInternalServerErrorNotStored(t *testing.T) {
-	e := setup(t)
-	r := router()
-	var runs atomic.Int32
-	r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
-		if runs.Add(1) == 1 {
-			c.JSON(http.StatusInternalServerError, gin.H{"error": "db down"})
-			return
-		}
-		c.JSON(http.StatusCreated, gin.H{"ok": true})
-	})
-	q := req{path: "/payments", body: `{}`, user: "alice", key: idemKey(t)}
-	for i, want := range []int{http.StatusInternalServerError, http.StatusCreated, http.StatusCreated} {
-		if w := do(r, q); w.Code != want {
-			t.Fatalf("request %d: %d %s, want %d", i, w.Code, w.Body, want)
-		}
-	}
-	if runs.Load() != 2 {
-		t.Fatalf("handler ran %d times, want 2", runs.Load())
-	}
-}
