@@ -581,9 +581,9 @@ func (c *psConn) unsubscribed(channel string) bool {
 // subscription we did not end (a Cluster node that gave the slot away to another master in
 // a resharding does so), or a subscription went unconfirmed on a connection bound to a node
 // that no longer serves the slot (go-redis binds a sharded subscription to the node its
-// cluster layout named when it dialled, and swallows a MOVED reply to SSUBSCRIBE). The channels' listeners are told (Gone) and listen anew, on a new connection;
-// on a Cluster the client first reloads its layout, so that connection goes to the slot's
-// master of now.
+// cluster layout named when it dialled, and swallows a MOVED reply to SSUBSCRIBE). The
+// channels' listeners are told (Gone) and listen anew, on a new connection; on a Cluster the
+// client first reloads its layout, so that connection goes to the slot's master of now.
 func (s *subscriber) lostLocked(conn *psConn) {
 	if conn.dropped {
 		return
