@@ -35,5 +35,5 @@ bench: redis ## Compare lockguard with other lock libraries
 
 chaos: redis cc ## Run the fault-injection tests, then fuzz key derivation and the Gin middleware
 	$(GO) test -race -count=1 -tags chaos -timeout 10m ./internal/chaos/...
-	$(GO) test -run '^$$' -fuzz=FuzzKey -fuzztime=20s ./keyfunc/
-	$(GO) test -run '^$$' -fuzz=FuzzMiddleware -fuzztime=20s ./ginlock/
+	$(GO) test -run '^$$' -fuzz=FuzzKey -fuzztime=150000x ./keyfunc/
+	$(GO) test -run '^$$' -fuzz=FuzzMiddleware -fuzztime=10000x ./ginlock/
