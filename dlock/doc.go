@@ -46,6 +46,8 @@
 //   - Every script runs safely twice, because go-redis retries commands after network errors.
 //     On a Cluster whose slot is being migrated, a release or a waiting Acquire runs its
 //     script again until the slot has moved (Redis answers TRYAGAIN meanwhile), for up to 5 s.
+//     Once it has moved, waiters listen again on the slot's new master (the old node ends
+//     their subscriptions), and WithReplicaAck follows the MOVED reply.
 //
 // # What it does not do
 //

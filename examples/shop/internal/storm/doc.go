@@ -2,7 +2,9 @@
 // wrong, from the shop's own answers and ledger rather than from assumptions:
 //
 //   - duplicate pays: Config.Pays concurrent pays of one order, as double-clicks and
-//     retries with a few Idempotency-Keys (several requests share each key);
+//     retries with a few Idempotency-Keys (several requests share each key), then one more
+//     pay per key after the burst, as a client whose answer was lost retries (a protected
+//     shop replays the paying key's stored answer);
 //   - balance storm: Config.Withdrawals concurrent withdrawals spread over Config.Accounts
 //     accounts, mixed with refund requests (each sent Config.RefundCopies times) of orders
 //     paid beforehand, which the shop's worker applies.
