@@ -143,11 +143,11 @@ func (m *middleware) handle(c *gin.Context) {
 		if status == http.StatusInternalServerError {
 			// A failure, so a span marks it; a key function's error text may hold request
 			// data, while an undeclared parameter's names only the parameter and the route.
-			spanErr := errKeyFunc
+			spanErr, msg := errKeyFunc, errKeyFunc.Error()
 			if errors.Is(err, ErrUndeclaredParam) {
-				spanErr = err
+				spanErr, msg = err, ErrUndeclaredParam.Error()
 			}
-			m.cfg.log.ErrorContext(origCtx, spanErr.Error(), "route", route, "error", err)
+			m.cfg.log.ErrorContext(origCtx, msg, "route", route, "error", err)
 			_, span := m.tel.start(origCtx, route, "")
 			m.tel.end(origCtx, span, route, OutcomeError, false, spanErr)
 		} else {
