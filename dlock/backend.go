@@ -53,6 +53,9 @@ type backend interface {
 	// would also run a look at the lock (a write), and reports whether it answered before
 	// ctx ended.
 	probe(ctx context.Context, key string) bool
+	// check returns an error matching ErrUnsafeStore when a server of the store is set up so
+	// that held locks or records may vanish early, ErrUnavailable when it could not tell.
+	check(ctx context.Context) error
 	// close stops background work and waits for it.
 	close() error
 }

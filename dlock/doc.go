@@ -53,7 +53,9 @@
 //
 // A lease-based lock cannot stop a holder that is paused (GC, swap, SIGSTOP) past its lease
 // from writing after another process took over: check the fencing token where you write. On
-// Redis with asynchronous replication a failover can lose a freshly taken lock. See
+// Redis with asynchronous replication a failover can lose a freshly taken lock. Nor can it
+// hold a lock on a server that evicts keys when full: Client.Check reports such servers
+// (ErrUnsafeStore); call it at start-up. See
 // docs/dlock.md for the data layout, each script, the guarantees and their limits, and the
 // go-redis settings that matter.
 package dlock

@@ -162,3 +162,30 @@ func ExampleKeyHash() {
 	fmt.Println(dlock.KeyHash("account:42"))
 	// Output: 38dbcc9b3c91186a
 }
+
+// Check at start-up that Redis keeps locks until their lease ends: a server that evicts keys
+// when full may drop a held lock and let a second holder in.
+func ExampleClient_Check() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	err := locks.Check(ctx)
+	fmt.Println("default server:", err)
+
+	// As a cache server is often set up: evict when 100 MB are used.
+	rdb.ConfigSet(ctx, "maxmemory", "100mb")
+	rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru")
+	err = locks.Check(ctx)
+	switch {
+	case errors.Is(err, dlock.ErrUnsafeStore):
+		fmt.Println("unsafe: refuse to start, or use another Redis")
+	case err != nil:
+		fmt.Println("could not check:", err)
+	}
+	// Output:
+	// default server: <nil>
+	// unsafe: refuse to start, or use another Redis
+}

@@ -34,10 +34,10 @@ import (
 // lockguardACL is the ACL rule of a user that may do everything dlock, ginlock and
 // asynqlock's locks need and nothing else: the commands of the Lua scripts (ACLs apply to
 // redis.call too), GET for completion records, pub/sub for hand-offs (sharded on a
-// Cluster), PING for pub/sub health checks, WAIT for dlock.WithReplicaAck; keys and channels
-// under the default prefix. docs/reliability.md quotes it.
+// Cluster), PING for pub/sub health checks, WAIT for dlock.WithReplicaAck, INFO for
+// dlock's Check; keys and channels under the default prefix. docs/reliability.md quotes it.
 const lockguardACL = "on ~lockguard:* resetchannels &lockguard:* -@all " +
-	"+evalsha +eval +get +ping +wait " +
+	"+evalsha +eval +get +ping +wait +info " +
 	"+subscribe +unsubscribe +ssubscribe +sunsubscribe +publish +spublish " +
 	"+exists +hdel +hget +hincrby +hmget +hset +hsetnx +pexpire +pttl +set +time " +
 	"+zadd +zpopmin +zrange +zrem +zscore"
@@ -153,6 +153,9 @@ func TestRedisACLUser(t *testing.T) {
 
 	locks := dlock.New(lg, dlock.WithLease(600*time.Millisecond), dlock.WithRetryInterval(50*time.Millisecond))
 	defer locks.Close()
+	if err := locks.Check(ctx); err != nil {
+		t.Fatalf("Check through the ACL user: %v", err)
+	}
 	handOff := exerciseLocks(t, locks, 600*time.Millisecond)
 
 	// ginlock: a payment, its replay, a busy duplicate, all through the limited user.

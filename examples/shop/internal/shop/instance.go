@@ -94,6 +94,16 @@ func Start(ctx context.Context, o Options) (in *Instance, err error) {
 	if err = in.rdb.Ping(ctx).Err(); err != nil {
 		return in, fmt.Errorf("shop: redis at %s: %w", in.RedisAddr, err)
 	}
+	// Locks, stored answers and the refund queue all live in this Redis: one that evicts
+	// keys when full would drop any of them without a word. Refuse it; go on with a warning
+	// when its settings cannot be read.
+	in.locks = dlock.New(in.rdb, dlock.WithLogger(o.Logger))
+	if err = in.locks.Check(ctx); errors.Is(err, dlock.ErrUnsafeStore) {
+		return in, fmt.Errorf("shop: redis at %s: %w", in.RedisAddr, err)
+	} else if err != nil {
+		o.Logger.Warn("shop: the Redis eviction settings could not be checked", "err", err)
+		err = nil
+	}
 
 	in.DBPath = o.DBPath
 	if in.DBPath == "" {
@@ -108,7 +118,6 @@ func Start(ctx context.Context, o Options) (in *Instance, err error) {
 
 	var prot Protection
 	if !o.Unprotected {
-		in.locks = dlock.New(in.rdb, dlock.WithLogger(o.Logger))
 		prot = Protect(in.locks, in.store, o.Logger)
 	}
 	in.app = NewApp(Config{Store: in.store, Redis: in.rdb, Protection: prot, Provider: o.Provider, Logger: o.Logger})

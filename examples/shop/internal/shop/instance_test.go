@@ -3,6 +3,7 @@ package shop_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -62,6 +63,32 @@ func TestStartUnprotected(t *testing.T) {
 	defer func() { _ = in.Close(context.Background()) }()
 	if in.Protected() {
 		t.Error("Unprotected instance reports protected")
+	}
+}
+
+// TestStartRefusesEvictingRedis: a Redis that evicts keys when full would drop locks, stored
+// answers and queued refunds; the shop refuses to start on it and leaves nothing running.
+func TestStartRefusesEvictingRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"))
+	in, err := shop.Start(t.Context(), shop.Options{Addr: "127.0.0.1:0", RedisAddr: srv.Addr(),
+		DBPath: filepath.Join(t.TempDir(), "shop.db")})
+	if in != nil {
+		_ = in.Close(context.Background())
+	}
+	if !errors.Is(err, dlock.ErrUnsafeStore) || !strings.Contains(err.Error(), "volatile-lru") {
+		t.Fatalf("Start on an evicting Redis = %v, want ErrUnsafeStore naming the policy", err)
+	}
+	// With noeviction, the same limit is fine.
+	if err := srv.Client(t).ConfigSet(t.Context(), "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	in, err = shop.Start(t.Context(), shop.Options{Addr: "127.0.0.1:0", RedisAddr: srv.Addr(),
+		DBPath: filepath.Join(t.TempDir(), "shop.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
