@@ -179,7 +179,13 @@ func (m *middleware) handle(c *gin.Context) {
 			replay(c, rec)
 		}
 	case errors.Is(err, dlock.ErrNotObtained):
-		m.tel.end(ctx, span, route, OutcomeBusy, false, nil)
+		outcome := OutcomeBusy
+		if origCtx.Err() != nil {
+			// The request's own context ended (the client went away), not the wait: a busy
+			// count would tell dashboards of contention that was not there.
+			outcome = OutcomeCanceled
+		}
+		m.tel.end(ctx, span, route, outcome, false, nil)
 		c.Header("Retry-After", retryAfter)
 		if hasIdemKey {
 			err = fmt.Errorf("%w (%w)", ErrKeyInProgress, err)

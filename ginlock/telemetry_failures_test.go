@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/lockguard/lockguard/dlock"
@@ -116,5 +118,52 @@ func TestTelemetryUndeclaredParamSpan(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "key function failed") || !strings.Contains(logs.String(), ginlock.ErrUndeclaredParam.Error()) {
 		t.Errorf("log %q, want the undeclared parameter's message", logs.String())
+	}
+}
+
+// A waiter whose client went away is counted as canceled, not as busy: only a wait that ran
+// out (WithWait) or a lock found held says the lock was contended. Both answer 409.
+func TestTelemetryClientGoneIsCanceledNotBusy(t *testing.T) {
+	o := oteltest.New(t)
+	e := setup(t)
+	r := router()
+	tel := []ginlock.Option{ginlock.WithWait(time.Minute), ginlock.WithTracerProvider(o.TP), ginlock.WithMeterProvider(o.MP)}
+	started, release := blocking(r, e, "/accounts/:id/withdraw", tel...)
+	r.POST("/accounts/:id/short", ginlock.New(e.locks, accountKey, ginlock.WithWait(100*time.Millisecond),
+		ginlock.WithTracerProvider(o.TP), ginlock.WithMeterProvider(o.MP)), func(c *gin.Context) { c.Status(http.StatusOK) })
+	done := make(chan int)
+	go func() { done <- do(r, req{path: "/accounts/7/withdraw"}).Code }()
+	<-started
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	wantProblem(t, do(r, req{path: "/accounts/7/withdraw", ctx: ctx}), http.StatusConflict) // client gone
+	wantProblem(t, do(r, req{path: "/accounts/7/short"}), http.StatusConflict)               // wait ran out
+	close(release)
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("holder: %d", code)
+	}
+
+	var outcomes []string
+	for _, s := range o.Spans.Ended() {
+		if s.Name() == "ginlock.lock" {
+			outcomes = append(outcomes, oteltest.Attr(s, "ginlock.outcome"))
+			if s.Status().Code == codes.Error {
+				t.Errorf("span %s marked failed: %v", oteltest.Attr(s, "ginlock.outcome"), s.Status())
+			}
+		}
+	}
+	if got := strings.Join(outcomes, ","); got != "obtained,canceled,busy" {
+		t.Errorf("span outcomes %s, want obtained,canceled,busy", got)
+	}
+	counts := map[string]int64{}
+	sum, _ := o.Metrics(t)["ginlock.requests"].(metricdata.Sum[int64])
+	for _, dp := range sum.DataPoints {
+		out, _ := dp.Attributes.Value("ginlock.outcome")
+		counts[out.AsString()] += dp.Value
+	}
+	want := map[string]int64{ginlock.OutcomeCanceled: 1, ginlock.OutcomeBusy: 1, ginlock.OutcomeObtained: 1}
+	if !maps.Equal(counts, want) {
+		t.Errorf("ginlock.requests by outcome %v, want %v", counts, want)
 	}
 }
