@@ -18,8 +18,9 @@ var ErrUnsafeStore = errors.New("dlock: unsafe store configuration")
 // With Redis, the setting that matters is memory eviction: a server with a maxmemory limit and
 // any maxmemory-policy but noeviction deletes keys when it is full, and every lock key has an
 // expiry, so even the volatile-* policies may pick a held lock. Under noeviction a full server
-// refuses the writes instead, and acquisitions fail with ErrUnavailable: locking stops, but
-// nothing is run twice.
+// refuses the writes instead: new locks fail with ErrUnavailable (locking stops), while work
+// already running finishes: releases, Complete's records and hand-offs to waiters in line go
+// through, and a held lock stays busy (ErrNotObtained) for a wait that cannot join the line.
 //
 // Errors: one matching ErrUnsafeStore that names each unsafe server and its settings;
 // ErrUnavailable wrapping the store's error when a server could not be asked (unreachable, or

@@ -138,7 +138,7 @@ func TestTelemetryClientGoneIsCanceledNotBusy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	wantProblem(t, do(r, req{path: "/accounts/7/withdraw", ctx: ctx}), http.StatusConflict) // client gone
-	wantProblem(t, do(r, req{path: "/accounts/7/short"}), http.StatusConflict)               // wait ran out
+	wantProblem(t, do(r, req{path: "/accounts/7/short"}), http.StatusConflict)              // wait ran out
 	close(release)
 	if code := <-done; code != http.StatusOK {
 		t.Fatalf("holder: %d", code)

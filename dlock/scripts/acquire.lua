@@ -87,12 +87,30 @@ end
 if ARGV[3] == '1' then
   local live = tonumber(ARGV[5])
   local nowms = math.floor(nowus / 1000)
-  redis.call('ZADD', KEYS[2], 'NX', nowus, member)
-  redis.call('ZADD', KEYS[3], nowms + live, member)
-  redis.call('PEXPIRE', KEYS[2], 2 * live)
-  redis.call('PEXPIRE', KEYS[3], 2 * live)
-  if cur[3] ~= '1' then
-    redis.call('HSET', KEYS[1], 'w', '1')
+  local function keep_place()
+    redis.call('ZADD', KEYS[3], nowms + live, member)
+    redis.call('PEXPIRE', KEYS[2], 2 * live)
+    redis.call('PEXPIRE', KEYS[3], 2 * live)
+  end
+  -- A full Redis (maxmemory with noeviction) refuses a script's first write that may grow
+  -- memory (OOM), and nothing was written before this one. A caller already in line then
+  -- keeps its place with a new deadline (HDEL, which Redis allows when full, writes first:
+  -- see release.lua); a new caller stays out of line and finds the lock at its next look.
+  -- The lock is busy either way: a full Redis must not turn busy into a store error.
+  local added = redis.pcall('ZADD', KEYS[2], 'NX', nowus, member)
+  if type(added) == 'table' and added.err then
+    if string.sub(added.err, 1, 3) ~= 'OOM' then
+      return redis.error_reply(added.err)
+    end
+    if redis.call('ZSCORE', KEYS[3], member) then
+      redis.call('HDEL', KEYS[1], '-')
+      keep_place()
+    end
+  else
+    keep_place()
+    if cur[3] ~= '1' then
+      redis.call('HSET', KEYS[1], 'w', '1')
+    end
   end
 end
 return {0, redis.call('PTTL', KEYS[1]), tonumber(held_token) or 0}

@@ -7,7 +7,8 @@
 -- Safe to run twice: a hold is only counted off once (its field, or x for the first hold, says
 -- whether it is gone), and a full release leaves the owner in r so that a retried release
 -- answers released instead of lost.
--- The last hold with nobody in line (no w on the lock) costs two calls: HMGET, HSET.
+-- The last hold with nobody in line (no w on the lock) costs three calls: HMGET, HDEL (see
+-- below), HSET.
 -- A record stored while holds remain tells the waiters that skip completed work (flag 1) to
 -- look again, which finds the record: they need not wait for the outer hold's release.
 local owner, entry = ARGV[1], ARGV[2]
@@ -18,6 +19,13 @@ if cur[1] ~= owner then
   end
   return {-1, 0}
 end
+-- Finishing work goes through when Redis is full (maxmemory with noeviction). Redis refuses
+-- a script for OOM only at its first write that may grow memory, and only while the script
+-- has written nothing yet; HDEL is allowed when full and counts as a write, so the record and
+-- the freed lock below are not refused. A release refused here would leave the lock held to
+-- the end of its lease and lose Complete's record: a retry would run the work again. The
+-- field never exists: nothing changes, and nothing is replicated.
+redis.call('HDEL', KEYS[1], '-')
 if ARGV[5] then
   redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
 end
