@@ -93,10 +93,11 @@ if ARGV[3] == '1' then
     redis.call('PEXPIRE', KEYS[3], 2 * live)
   end
   -- A full Redis (maxmemory with noeviction) refuses a script's first write that may grow
-  -- memory (OOM), and nothing was written before this one. A caller already in line then
-  -- keeps its place with a new deadline (HDEL, which Redis allows when full, writes first:
-  -- see release.lua); a new caller stays out of line and finds the lock at its next look.
-  -- The lock is busy either way: a full Redis must not turn busy into a store error.
+  -- memory (OOM); this one is the first unless dead waiters were taken out of line above.
+  -- A caller already in line then keeps its place with a new deadline (HDEL, which Redis
+  -- allows when full, writes first: see release.lua); a new caller stays out of line and
+  -- finds the lock at its next look. The lock is busy either way: a full Redis must not
+  -- turn busy into a store error.
   local added = redis.pcall('ZADD', KEYS[2], 'NX', nowus, member)
   if type(added) == 'table' and added.err then
     if string.sub(added.err, 1, 3) ~= 'OOM' then
