@@ -16,16 +16,15 @@ import (
 // Before, the marker was refused with OOM and the task was acknowledged without it.
 func TestFullRedisDoneMarkerStored(t *testing.T) {
 	e := newEnv(t)
-	setLimit := func(limit string) {
-		if err := e.rdb.ConfigSet(context.Background(), "maxmemory", limit).Err(); err != nil {
-			t.Fatal(err)
+	setFull := func(full bool) {
+		if err := e.srv.SetFull(context.Background(), full); err != nil {
+			t.Error(err)
 		}
 	}
-	t.Cleanup(func() { setLimit("0") })
 	var runs atomic.Int32
 	h := asynqlock.Wrap(asynq.HandlerFunc(func(ctx context.Context, task *asynq.Task) error {
 		if runs.Add(1) == 1 {
-			setLimit("1") // Redis fills up while the payment runs
+			setFull(true) // Redis fills up while the payment runs
 		}
 		return nil
 	}), e.lock, paymentKey, asynqlock.WithDoneMarker(time.Hour))
@@ -36,7 +35,7 @@ func TestFullRedisDoneMarkerStored(t *testing.T) {
 	if err := h.ProcessTask(context.Background(), task); err != nil {
 		t.Fatalf("redelivery while Redis is full: %v, want nil (done)", err)
 	}
-	setLimit("0")
+	setFull(false)
 	if err := h.ProcessTask(context.Background(), task); err != nil {
 		t.Fatalf("redelivery with room again: %v, want nil (done)", err)
 	}

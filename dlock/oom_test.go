@@ -19,17 +19,13 @@ import (
 // to its lease end and Complete's record was lost, so a retry ran the work again.
 func TestFullRedisFinishesWork(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
-	admin := srv.Client(t)
+	admin := srv.Client(t) // to see the line
 	c := newClient(t, srv.Client(t), dlock.WithRetryInterval(100*time.Millisecond))
 	other := newClient(t, srv.Client(t), dlock.WithRetryInterval(100*time.Millisecond))
 	ctx := testContext(t, 30*time.Second)
 	full := func(on bool) {
 		t.Helper()
-		limit := "0"
-		if on {
-			limit = "1" // every write that may grow memory is refused
-		}
-		if err := admin.ConfigSet(ctx, "maxmemory", limit).Err(); err != nil {
+		if err := srv.SetFull(ctx, on); err != nil {
 			t.Fatal(err)
 		}
 	}

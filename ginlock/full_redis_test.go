@@ -9,23 +9,17 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockguard/lockguard/ginlock"
 )
 
-// fillRedis makes the test's Redis (noeviction, its default) refuse every write that may
-// grow memory, until the returned function gives it room again.
-func fillRedis(t *testing.T, rdb *redis.Client) (room func()) {
+// setFull makes the test's Redis (noeviction, its default) refuse every write that may grow
+// memory, or gives it room again.
+func setFull(t *testing.T, e *env, full bool) {
 	t.Helper()
-	set := func(limit string) {
-		if err := rdb.ConfigSet(context.Background(), "maxmemory", limit).Err(); err != nil {
-			t.Fatal(err)
-		}
+	if err := e.srv.SetFull(context.Background(), full); err != nil {
+		t.Fatal(err)
 	}
-	set("1")
-	t.Cleanup(func() { set("0") })
-	return func() { set("0") }
 }
 
 // A payment that finishes while Redis is full keeps its stored answer: the retry is
@@ -39,7 +33,7 @@ func TestFullRedisPaymentStoredAndReplayed(t *testing.T) {
 	r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
 		n := runs.Add(1)
 		if n == 1 {
-			fillRedis(t, e.rdb) // the rest of the application fills Redis while this charges
+			setFull(t, e, true) // the rest of the application fills Redis while this charges
 		}
 		c.JSON(http.StatusCreated, gin.H{"charge": n})
 	})
@@ -85,9 +79,9 @@ func TestFullRedisFailOpenWaitKeepsDuplicateOut(t *testing.T) {
 		do(r, req{path: "/payments", user: "alice", key: key, body: `{"amount":100}`})
 	}()
 	<-entered
-	room := fillRedis(t, e.rdb)
+	setFull(t, e, true)
 	dup := do(r, req{path: "/payments", user: "alice", key: key, body: `{"amount":100}`})
-	room()
+	setFull(t, e, false)
 	close(gate)
 	wg.Wait()
 	if dup.Code != http.StatusConflict || runs.Load() != 1 {

@@ -230,6 +230,17 @@ func (s *Server) Pause(ctx context.Context, d time.Duration) error {
 	return s.do(ctx, "CLIENT", "PAUSE", max(d.Milliseconds(), 1), "ALL")
 }
 
+// SetFull makes the server refuse every write that may grow memory (maxmemory
+// of 1 byte: with the default maxmemory-policy noeviction, an OOM error and
+// nothing evicted), or, with full false, lifts the limit again.
+func (s *Server) SetFull(ctx context.Context, full bool) error {
+	limit := "0"
+	if full {
+		limit = "1"
+	}
+	return s.do(ctx, "CONFIG", "SET", "maxmemory", limit)
+}
+
 // adminClient is a one-connection client with no retries, so a fault helper
 // reports a down server at once; the caller closes it.
 func (s *Server) adminClient() *redis.Client {

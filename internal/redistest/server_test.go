@@ -128,6 +128,31 @@ func TestFlush(t *testing.T) {
 	}
 }
 
+func TestSetFull(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	ctx := t.Context()
+	rdb := srv.Client(t)
+	if err := rdb.Set(ctx, "kept", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if err := srv.SetFull(ctx, true); err != nil {
+		t.Fatalf("SetFull(true): %v", err)
+	}
+	if err := rdb.Set(ctx, "k", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("SET on a full server = %v, want an OOM refusal", err)
+	}
+	if got, err := rdb.Get(ctx, "kept").Result(); err != nil || got != "v" {
+		t.Fatalf("GET of a key written before = %q, %v; nothing may be evicted", got, err)
+	}
+	if err := srv.SetFull(ctx, false); err != nil {
+		t.Fatalf("SetFull(false): %v", err)
+	}
+	if err := rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET after SetFull(false): %v", err)
+	}
+}
+
 func TestPause(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
