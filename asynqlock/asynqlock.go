@@ -174,8 +174,9 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 		// task was cancelled or ran out of time): that says nothing of who holds the lock, so
 		// it is not busy, and WithBusy must not decide (RevokeTask would drop the task). The
 		// error wraps the context's cause: an enclosing layer reports its loss, and asynq
-		// retries under its normal policy.
-		return nil, OutcomeError, fmt.Errorf("asynqlock: task %q not run: %w", task.Type(), context.Cause(ctx))
+		// retries under its normal policy. Dashboards see it apart from lock contention and
+		// from store failures.
+		return nil, OutcomeCanceled, fmt.Errorf("asynqlock: task %q not run: %w", task.Type(), context.Cause(ctx))
 	case errors.Is(err, dlock.ErrNotObtained):
 		locked := &ErrLocked{Key: key, RetryIn: m.cfg.retryIn}
 		if m.cfg.busy != nil {

@@ -11,10 +11,12 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/lockguard/lockguard/asynqlock"
 	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/internal/locktest"
+	"github.com/lockguard/lockguard/internal/oteltest"
 	"github.com/lockguard/lockguard/internal/redistest"
 	"github.com/lockguard/lockguard/keyfunc"
 )
@@ -276,6 +278,7 @@ func TestOuterLockLostDuringInnerWaitIsRetried(t *testing.T) {
 // And a handler error that would steer asynq (RevokeTask, SkipRetry, busy) does not decide
 // once the lock was lost: the loss is retried.
 func TestTaskContextEndingIsNotBusy(t *testing.T) {
+	o := oteltest.New(t)
 	e := newEnv(t, dlock.WithLease(300*time.Millisecond))
 	held, err := e.lock.Acquire(t.Context(), "account:1")
 	if err != nil {
@@ -283,7 +286,8 @@ func TestTaskContextEndingIsNotBusy(t *testing.T) {
 	}
 	defer func() { _ = held.Release(context.Background()) }()
 	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
-		e.lock, taskAccountKey, asynqlock.WithWait(5*time.Second), asynqlock.WithBusy(asynq.RevokeTask))
+		e.lock, taskAccountKey, asynqlock.WithWait(5*time.Second), asynqlock.WithBusy(asynq.RevokeTask),
+		asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP))
 	cause := errors.New("task cancelled")
 	ctx, cancel := context.WithCancelCause(t.Context())
 	time.AfterFunc(300*time.Millisecond, func() { cancel(cause) })
@@ -291,6 +295,18 @@ func TestTaskContextEndingIsNotBusy(t *testing.T) {
 	var locked *asynqlock.ErrLocked
 	if !errors.Is(err, cause) || errors.Is(err, asynq.RevokeTask) || errors.As(err, &locked) {
 		t.Fatalf("wait ended by the task's context: %v, want an error wrapping its cause, not busy", err)
+	}
+	// Telemetry tells it apart from contention (busy) and from other failures (error); the
+	// task failed, so the span did too.
+	ended := o.Spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d asynqlock.lock spans ended, want 1", len(ended))
+	}
+	if out := oteltest.Attr(ended[0], "asynqlock.outcome"); out != asynqlock.OutcomeCanceled || ended[0].Status().Code != codes.Error {
+		t.Errorf("span outcome %q status %v, want %q and codes.Error", out, ended[0].Status().Code, asynqlock.OutcomeCanceled)
+	}
+	if got := o.CounterByAttr(t, "asynqlock.tasks", "asynqlock.outcome"); got[asynqlock.OutcomeCanceled] != 1 || len(got) != 1 {
+		t.Errorf("asynqlock.tasks by outcome %v, want canceled:1", got)
 	}
 
 	for _, herr := range []error{asynq.RevokeTask, asynq.SkipRetry, &asynqlock.ErrLocked{Key: "account:2", RetryIn: time.Second}} {

@@ -26,7 +26,8 @@ const (
 	OutcomeInvalid     = "invalid"     // no key could be derived; archived (asynq.SkipRetry)
 	OutcomeUnavailable = "unavailable" // Redis could not be reached; retried by asynq
 	OutcomeLost        = "lost"        // the lock was lost while the handler ran
-	OutcomeError       = "error"       // another failure to lock (a From function's error, a closed Client, the task's context ending the wait)
+	OutcomeCanceled    = "canceled"    // the task's own context ended the wait for the lock; asynq retries it
+	OutcomeError       = "error"       // another failure to lock (a From function's error, a closed Client)
 	OutcomePanicked    = "panicked"    // the key function or the handler panicked; asynq reports it
 )
 

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/lockguard/lockguard/dlock"
@@ -156,12 +155,7 @@ func TestTelemetryClientGoneIsCanceledNotBusy(t *testing.T) {
 	if got := strings.Join(outcomes, ","); got != "obtained,canceled,busy" {
 		t.Errorf("span outcomes %s, want obtained,canceled,busy", got)
 	}
-	counts := map[string]int64{}
-	sum, _ := o.Metrics(t)["ginlock.requests"].(metricdata.Sum[int64])
-	for _, dp := range sum.DataPoints {
-		out, _ := dp.Attributes.Value("ginlock.outcome")
-		counts[out.AsString()] += dp.Value
-	}
+	counts := o.CounterByAttr(t, "ginlock.requests", "ginlock.outcome")
 	want := map[string]int64{ginlock.OutcomeCanceled: 1, ginlock.OutcomeBusy: 1, ginlock.OutcomeObtained: 1}
 	if !maps.Equal(counts, want) {
 		t.Errorf("ginlock.requests by outcome %v, want %v", counts, want)

@@ -64,6 +64,19 @@ func Sum(a metricdata.Aggregation) int64 {
 	return n
 }
 
+// CounterByAttr adds up the data points of the named int64 counter by the value of attribute
+// key (as text); a data point without the attribute counts under "".
+func (r *Recorder) CounterByAttr(tb testing.TB, name string, key attribute.Key) map[string]int64 {
+	tb.Helper()
+	s, _ := r.Metrics(tb)[name].(metricdata.Sum[int64])
+	counts := map[string]int64{}
+	for _, dp := range s.DataPoints {
+		v, _ := dp.Attributes.Value(key)
+		counts[v.Emit()] += dp.Value
+	}
+	return counts
+}
+
 // Count adds up the samples of a histogram.
 func Count(h metricdata.Histogram[float64]) uint64 {
 	var n uint64
