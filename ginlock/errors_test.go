@@ -70,6 +70,39 @@ func TestRejections(t *testing.T) {
 	}
 }
 
+// An auth step that stores the user unconditionally (c.Set("user", c.GetHeader("X-User")), as
+// in ExampleNew) stores "" for a request without a user. That is no user: the request is a
+// 400 naming the user part, and two anonymous clients with the same Idempotency-Key never share
+// a scope (the second would be replayed the first one's payment).
+func TestEmptyUserIsMissing(t *testing.T) {
+	e := setup(t)
+	var runs atomic.Int32
+	r := gin.New()
+	r.Use(func(c *gin.Context) { c.Set("user", c.GetHeader("X-User")) })
+	key := keyfunc.Join(keyfunc.IdempotencyKey()).Scope(keyfunc.ContextValue("user").Named("user"))
+	r.POST("/payments", ginlock.New(e.locks, key), func(c *gin.Context) {
+		runs.Add(1)
+		c.JSON(http.StatusCreated, gin.H{"payment": runs.Load()})
+	})
+	for _, user := range []string{"", " \t"} {
+		for range 2 {
+			q := req{path: "/payments", key: "same-key", header: map[string]string{"X-User": user}}
+			if p := wantProblem(t, do(r, q), http.StatusBadRequest); p.Part != "user" {
+				t.Fatalf("user %q: problem %+v, want it to name part user", user, p)
+			}
+		}
+	}
+	if runs.Load() != 0 {
+		t.Fatalf("handler ran %d times for requests without a user", runs.Load())
+	}
+	if keys := e.redisKeys(t, "*"); len(keys) != 0 {
+		t.Fatalf("requests without a user touched Redis: %v", keys)
+	}
+	if w := do(r, req{path: "/payments", user: "alice", key: "same-key"}); w.Code != http.StatusCreated || runs.Load() != 1 {
+		t.Fatalf("a request with a user: %d, handler ran %d times", w.Code, runs.Load())
+	}
+}
+
 // Where the request body cannot be had, the status says whose fault it is: over a cap that
 // an earlier middleware set (http.MaxBytesReader) is 413, a body cut short is 400, and a From
 // function that fails is the server's 500, logged, with nothing of its error in the answer.

@@ -42,7 +42,7 @@ func ExampleNew_account() {
 	locks := dlock.New(rdb)
 	defer locks.Close()
 
-	accountKey := keyfunc.MustTemplate("account:{id}", map[string]keyfunc.Part{"id": keyfunc.Param("id")})
+	accountKey := keyfunc.MustTemplate("account:{id}", map[string]keyfunc.Part{"id": keyfunc.Param("id").Integer()}) // /accounts/042 is account 42
 	lockAccount := ginlock.New(locks, accountKey, ginlock.WithWait(2*time.Second))
 
 	r := gin.New()

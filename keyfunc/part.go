@@ -266,7 +266,10 @@ func formBodyValue(e *eval, name string) (string, bool, error) {
 
 // ContextValue is the value stored in the Source's context under key, typically the user or
 // tenant id put there by auth middleware. Accepted: string, fmt.Stringer and integer types
-// (and types based on them); anything else is ErrInvalid; nil is absent. Cap: DefaultMaxLen.
+// (and types based on them); anything else is ErrInvalid. nil is absent, and so is text that
+// is empty or only spaces and tabs (an auth step that stored "" for a request without a
+// user): a required user part then fails with ErrMissing, rather than putting every
+// anonymous caller in one shared scope. Cap: DefaultMaxLen.
 // Panics if key is nil. Name it with Named("user") for readable errors.
 func ContextValue(key any) Part {
 	if key == nil {
@@ -289,6 +292,14 @@ func ContextValue(key any) Part {
 }
 
 func contextText(ctx context.Context, key any) (string, bool, error) {
+	v, ok, err := contextValueText(ctx, key)
+	if ok && err == nil && strings.Trim(v, " \t") == "" {
+		return "", false, nil
+	}
+	return v, ok, err
+}
+
+func contextValueText(ctx context.Context, key any) (string, bool, error) {
 	v := ctx.Value(key)
 	if v == nil {
 		return "", false, nil

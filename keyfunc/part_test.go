@@ -162,6 +162,10 @@ func TestContextValueTypes(t *testing.T) {
 		{"uint", ctxWith(uint8(200)), "200", nil},
 		{"stringer", ctxWith(stringerID{"9"}), "u-9", nil},
 		{"nil pointer", ctxWith(nilStringer), "", ErrMissing},
+		{"empty string", ctxWith(""), "", ErrMissing},
+		{"spaces and tabs", ctxWith(" \t "), "", ErrMissing},
+		{"empty string type", ctxWith(userName("")), "", ErrMissing},
+		{"empty stringer", ctxWith(textID("")), "", ErrMissing},
 		{"absent", context.Background(), "", ErrMissing},
 		{"nil context", nil, "", ErrMissing},
 		{"unsupported", ctxWith(3.5), "", ErrInvalid},
@@ -177,7 +181,20 @@ func TestContextValueTypes(t *testing.T) {
 			}
 		})
 	}
+	// Optional, empty text is absent too: the same key as no value at all.
+	opt := Join(Const("pay"), ContextValue(userKey{}).Optional())
+	empty, err1 := opt.Key(&MapSource{Ctx: ctxWith("")})
+	absent, err2 := opt.Key(&MapSource{Ctx: context.Background()})
+	if err1 != nil || err2 != nil || empty != absent {
+		t.Errorf("optional part: empty text gives %q (%v), no value %q (%v): want the same key", empty, err1, absent, err2)
+	}
 }
+
+type userName string
+
+type textID string
+
+func (t textID) String() string { return string(t) }
 
 type stringerPtr struct{}
 
