@@ -108,8 +108,11 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOpti
 // Do runs fn while holding the lock for key: it acquires (waiting as Acquire does), calls fn
 // with a context that carries the lock and is cancelled if the lock is lost, and releases,
 // also when fn panics (the panic is then re-raised). It returns fn's error, else the error of
-// the release (matching ErrLockLost if the lock was lost while fn ran). fn may end the hold
-// itself, with Complete (or Release) on the lock FromContext gives it: that is no error.
+// the release (matching ErrLockLost if the lock was lost while fn ran). When fn failed and the
+// lock was lost too (fn typically returns its context's error once the loss cancels it), the
+// error matches both fn's error and ErrLockLost, so the loss is never hidden behind
+// context.Canceled. fn may end the hold itself, with Complete (or Release) on the lock
+// FromContext gives it: that is no error.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
 	lk, err := c.Acquire(ctx, key, opts...)
 	if err != nil {
@@ -123,7 +126,10 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 		if p != nil {
 			panic(p)
 		}
-		if err == nil && !(errors.Is(rerr, ErrNotHeld) && !errors.Is(rerr, ErrLockLost)) {
+		switch {
+		case err != nil && errors.Is(rerr, ErrLockLost):
+			err = fmt.Errorf("%w (%w)", err, rerr)
+		case err == nil && !(errors.Is(rerr, ErrNotHeld) && !errors.Is(rerr, ErrLockLost)):
 			err = rerr // ErrNotHeld alone: fn released the hold itself (Complete, Release)
 		}
 	}()

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -131,6 +132,32 @@ func TestDo(t *testing.T) {
 		t.Fatalf("lock not released after a panic: %v", err)
 	}
 	_ = lk.Release(ctx)
+}
+
+// A lock lost while fn runs cancels fn's context; fn then returns the context's error, as
+// database/sql, net/http and go-redis do. Do's error still says the lock was lost: it matches
+// ErrLockLost as well as fn's error, so the caller does not take it for its own cancellation.
+func TestDoReportsLossBehindFnError(t *testing.T) {
+	_, rdb, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+	err := c.Do(ctx, key, func(ctx context.Context) error {
+		if err := rdb.Del(ctx, lockKeyOf(t, rdb, key)).Err(); err != nil {
+			return err
+		}
+		lk, _ := dlock.FromContext(ctx)
+		if err := lk.Refresh(context.WithoutCancel(ctx), time.Minute); !errors.Is(err, dlock.ErrLockLost) {
+			return fmt.Errorf("refresh after the lock key was deleted: %v", err)
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if !errors.Is(err, dlock.ErrLockLost) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do = %v: want an error matching both dlock.ErrLockLost and fn's context.Canceled", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the caller's own context ended: the test proves nothing")
+	}
 }
 
 func TestCompleteAndSkipCompleted(t *testing.T) {
