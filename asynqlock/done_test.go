@@ -3,6 +3,7 @@ package asynqlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,6 +74,35 @@ func TestDoneMarkerAppliesPaymentOnce(t *testing.T) {
 				t.Fatalf("outcomes %v: want 1 obtained and 2 replayed", counts)
 			}
 		})
+	}
+}
+
+// The marker is kept for the retention given; none (<= 0) means DefaultRetention, 24 h, as
+// ginlock keeps its responses, not a marker gone in a second that lets a duplicate pay again;
+// below a second is raised to one.
+func TestDoneMarkerRetention(t *testing.T) {
+	e := newEnv(t)
+	for i, tc := range []struct {
+		retention, min, max time.Duration
+	}{
+		{0, asynqlock.DefaultRetention - time.Minute, asynqlock.DefaultRetention},
+		{-time.Hour, asynqlock.DefaultRetention - time.Minute, asynqlock.DefaultRetention},
+		{time.Millisecond, 0, time.Second},
+		{2 * time.Hour, 2*time.Hour - time.Minute, 2 * time.Hour},
+	} {
+		h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
+			e.lock, paymentKey, asynqlock.WithDoneMarker(tc.retention))
+		id := fmt.Sprintf("pay_ret%d", i)
+		if err := h.ProcessTask(t.Context(), asynq.NewTask("payment:capture", []byte(`{"payment_id":"`+id+`"}`))); err != nil {
+			t.Fatalf("retention %v: %v", tc.retention, err)
+		}
+		keys := e.rdb.Keys(t.Context(), "*"+id+"*done*").Val()
+		if len(keys) != 1 {
+			t.Fatalf("retention %v: done marker keys %v, want one", tc.retention, keys)
+		}
+		if ttl := e.rdb.PTTL(t.Context(), keys[0]).Val(); ttl <= tc.min || ttl > tc.max {
+			t.Errorf("WithDoneMarker(%v): marker kept for %v, want in (%v, %v]", tc.retention, ttl, tc.min, tc.max)
+		}
 	}
 }
 

@@ -14,9 +14,11 @@ import (
 	"github.com/lockguard/lockguard/keyfunc"
 )
 
-// The server configuration lines asynqlock needs, and the middleware on a mux: every
-// account:deduct task locks account:{account_id}, the same key an HTTP route derives with
-// keyfunc.Join(keyfunc.Const("account"), keyfunc.Param("account_id")).
+// The server configuration lines asynqlock needs, and the middleware around one handler:
+// every account:deduct task locks account:{account_id}, the same key an HTTP route derives
+// with keyfunc.Join(keyfunc.Const("account"), keyfunc.Param("account_id")). Wrap puts it on
+// the task types whose payload has the field; New, for mux.Use, would put it on every type,
+// and a task without account_id would be archived as invalid.
 func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	locks := dlock.New(rdb)
@@ -24,13 +26,13 @@ func Example() {
 
 	accountKey := keyfunc.Join(keyfunc.Const("account"), keyfunc.JSON("account_id"))
 
-	mux := asynq.NewServeMux()
-	mux.Use(asynqlock.New(locks, accountKey, asynqlock.WithRetryIn(3*time.Second)))
-	mux.HandleFunc("account:deduct", func(ctx context.Context, t *asynq.Task) error {
+	deduct := asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
 		lk, _ := asynqlock.FromContext(ctx)
 		_ = lk.Token() // a fencing token for the write; ctx ends if the lock is lost
 		return nil
 	})
+	mux := asynq.NewServeMux()
+	mux.Handle("account:deduct", asynqlock.Wrap(deduct, locks, accountKey, asynqlock.WithRetryIn(3*time.Second)))
 
 	srv := asynq.NewServer(asynq.RedisClientOpt{Addr: "localhost:6379"}, asynq.Config{
 		IsFailure:      asynqlock.IsFailure,       // a busy task does not use up a retry

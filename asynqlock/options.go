@@ -71,10 +71,20 @@ func WithBusy(action error) Option {
 // reports the outcome "replayed". The check is made by the script that takes the lock, so a
 // redelivery racing the original can never run twice. A handler error records nothing.
 // Default: off. retention must cover the window in which duplicates can arrive (asynq's
-// retries included); values below 1 s are raised to 1 s.
+// retries included); retention <= 0 means DefaultRetention (24 h), and values below 1 s are
+// raised to 1 s.
 func WithDoneMarker(retention time.Duration) Option {
-	return optionFunc(func(c *config) { c.done, c.retention = true, max(retention, time.Second) })
+	return optionFunc(func(c *config) {
+		c.done, c.retention = true, DefaultRetention
+		if retention > 0 {
+			c.retention = max(retention, time.Second)
+		}
+	})
 }
+
+// DefaultRetention is how long WithDoneMarker keeps a done marker when given no positive
+// retention: 24 hours, as ginlock keeps stored responses.
+const DefaultRetention = 24 * time.Hour
 
 // WithMaxPayload caps the payload, in bytes, that the key function may read; a larger payload
 // is invalid input (asynq.SkipRetry) when the key needs the payload. Default
