@@ -35,7 +35,8 @@ type plan struct {
 	renewLease     time.Duration
 	renewPeriods   int // lease periods the locks are held, per round
 	renewRounds    int
-	ginDur         time.Duration
+	ginDur         time.Duration // per route and load, split over ginRounds
+	ginRounds      int
 	ginMaxReqs     int
 	ginLowConns    int
 	ginHighConns   int
@@ -61,6 +62,7 @@ func newPlan(quick bool) plan {
 		renewPeriods:   3,
 		renewRounds:    3,
 		ginDur:         4 * time.Second,
+		ginRounds:      8,
 		ginMaxReqs:     200000,
 		ginLowConns:    1,
 		ginHighConns:   16,
@@ -71,7 +73,7 @@ func newPlan(quick bool) plan {
 		p.contendedDur, p.curveDur = time.Second, 500*time.Millisecond
 		p.manyKeysDur = time.Second
 		p.renewLocks = 2000
-		p.ginDur = time.Second
+		p.ginDur, p.ginRounds = time.Second, 2
 		p.pingsPerCheck = 100
 	}
 	return p
