@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +34,12 @@ type Client struct {
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a *redis.ClusterClient
 // (keys of one lock share a hash tag; waiters use sharded pub/sub) or a failover client. It does
 // not take ownership of rdb. See docs/dlock.md for the rdb settings that matter
-// (ContextTimeoutEnabled, ReadTimeout, ClusterStateReloadInterval).
+// (ContextTimeoutEnabled, ReadTimeout, ClusterStateReloadInterval). It panics if rdb is nil,
+// a programming error found at start-up rather than at the first Acquire.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
+	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+		panic("dlock: New with a nil Redis client")
+	}
 	cfg := config{lease: DefaultLease, retry: DefaultRetryInterval, prefix: DefaultPrefix}
 	for _, o := range opts {
 		o.apply(&cfg)

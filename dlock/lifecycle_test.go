@@ -166,9 +166,9 @@ func TestDoWithCompleteInside(t *testing.T) {
 		t.Fatalf("Completed: %q %v %v", rec, ok, err)
 	}
 	err = c.Do(ctx, uniqueKey(t), func(ctx context.Context) error {
-		time.Sleep(30 * time.Millisecond) // past the 10 ms lease
+		time.Sleep(3 * dlock.MinLease) // past the lease
 		return nil
-	}, dlock.WithTTL(10*time.Millisecond))
+	}, dlock.WithTTL(dlock.MinLease))
 	if !errors.Is(err, dlock.ErrLockLost) {
 		t.Fatalf("Do whose lease ran out: %v, want ErrLockLost", err)
 	}

@@ -324,11 +324,11 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 // within a third of ttl; the watchdog does not renew it while a Refresh is in flight. It returns
 // ErrNotHeld for a released hold, an error matching ErrLockLost when the lock was lost (also
 // when someone else owns it now: their lock is not touched), ErrUnavailable wrapping Redis
-// errors or the context's end, and an error for a ttl below 1 ms. When the outcome is
+// errors or the context's end, and an error for a ttl below MinLease. When the outcome is
 // unknown (ErrUnavailable), the lock counts on the shorter of its old lease and ttl.
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return fmt.Errorf("dlock: refresh: ttl must be at least 1ms, got %v", ttl)
+	if ttl < MinLease {
+		return fmt.Errorf("dlock: refresh: ttl must be at least %v, got %v", MinLease, ttl)
 	}
 	if err := lk.Err(); err != nil {
 		return err

@@ -34,11 +34,16 @@ type config struct {
 }
 
 // WithLease sets the lease of locks acquired without WithTTL. Such locks are renewed by the
-// Client's watchdog every lease/3 while held. Default DefaultLease (30 s); values below 30 ms
-// are raised to 30 ms.
+// Client's watchdog every lease/3 while held. Default DefaultLease (30 s); values below
+// MinLease are raised to MinLease.
 func WithLease(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.lease = max(d, 30*time.Millisecond) })
+	return optionFunc(func(c *config) { c.lease = max(d, MinLease) })
 }
+
+// MinLease is the shortest lease a lock gets (WithLease, WithTTL) or a Refresh sets: the
+// holder counts its lease 1% plus 2 ms short of Redis's (clock drift), so a shorter one would
+// be over on the holder's clock about as soon as it began.
+const MinLease = 30 * time.Millisecond
 
 // WithRetryInterval sets how often a waiter looks at the lock again when no release message
 // reached it (a lost message, an expired holder). A queued waiter that stops looking for three
@@ -100,10 +105,16 @@ type acquireConfig struct {
 
 // WithTTL gives this acquisition a fixed lease of d with no watchdog renewal (like Redisson's
 // leaseTime): the lock expires d after it was obtained unless Refresh extends it, and Done
-// closes then. Without it the lock gets the Client lease, renewed while held. Values below
-// 1 ms are raised to 1 ms.
+// closes then. Without it the lock gets the Client lease, renewed while held. d <= 0 means
+// that default (as ginlock.WithTTL(0) does), so a setting left at zero never makes every lock
+// a lost one; positive values below MinLease are raised to MinLease.
 func WithTTL(d time.Duration) AcquireOption {
-	return acquireOptionFunc(func(c *acquireConfig) { c.ttl = max(d, time.Millisecond) })
+	return acquireOptionFunc(func(c *acquireConfig) {
+		c.ttl = 0
+		if d > 0 {
+			c.ttl = max(d, MinLease)
+		}
+	})
 }
 
 // SkipCompleted makes the acquisition fail with a *CompletedError (matching ErrCompleted)

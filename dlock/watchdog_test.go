@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -212,6 +213,57 @@ func TestNonOwnerReleaseAndRefresh(t *testing.T) {
 	}
 }
 
+// WithTTL(d <= 0) is no fixed lease: the Client lease, renewed by the watchdog, as
+// ginlock.WithTTL(0) means; a positive d below MinLease is raised to it, so the lock is not
+// over on the holder's clock before Acquire returns.
+func TestWithTTLEdges(t *testing.T) {
+	_, rdb, c := setup(t, dlock.WithLease(300*time.Millisecond))
+	ctx := testContext(t, 10*time.Second)
+	for _, d := range []time.Duration{0, -time.Second} {
+		lk, err := c.Acquire(ctx, uniqueKey(t), dlock.WithTTL(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // three leases: renewed, or lost
+		if err := lk.Err(); err != nil {
+			t.Fatalf("WithTTL(%v): %v after three leases, want the lock renewed", d, err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key, dlock.WithTTL(time.Nanosecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Err(); err != nil {
+		t.Fatalf("WithTTL(1ns): lock %v as Acquire returned", err)
+	}
+	if pttl := rdb.PTTL(ctx, lockKeyOf(t, rdb, key)).Val(); pttl <= 0 || pttl > dlock.MinLease {
+		t.Fatalf("WithTTL(1ns): PTTL %v, want MinLease (%v) at most", pttl, dlock.MinLease)
+	}
+	<-lk.Done() // a fixed lease: it ends, not renewed
+	if !errors.Is(lk.Err(), dlock.ErrLockLost) {
+		t.Fatalf("fixed lease ended with %v", lk.Err())
+	}
+}
+
+// New panics on a nil Redis client, a programming error, rather than fail, or crash a
+// background goroutine, at the first Acquire.
+func TestNewNilClientPanics(t *testing.T) {
+	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil)} {
+		func() {
+			defer func() {
+				if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "nil Redis client") {
+					t.Errorf("New(%T(nil)) panic %v, want one naming the nil Redis client", rdb, p)
+				}
+			}()
+			_ = dlock.New(rdb).Close()
+		}()
+	}
+}
+
 func TestFixedTTLAndRefresh(t *testing.T) {
 	_, rdb, c := setup(t)
 	ctx := testContext(t, 10*time.Second)
@@ -226,8 +278,13 @@ func TestFixedTTLAndRefresh(t *testing.T) {
 	if pttl := rdb.PTTL(ctx, lockKeyOf(t, rdb, key)).Val(); pttl < time.Second {
 		t.Fatalf("PTTL after Refresh = %v", pttl)
 	}
-	if err := lk.Refresh(ctx, 0); err == nil {
-		t.Fatal("Refresh(0) gave no error")
+	for _, ttl := range []time.Duration{0, time.Millisecond, dlock.MinLease - 1} {
+		if err := lk.Refresh(ctx, ttl); err == nil || !strings.Contains(err.Error(), "at least") {
+			t.Fatalf("Refresh(%v) = %v, want an error: a lease under MinLease is over on the holder's clock at once", ttl, err)
+		}
+	}
+	if err := lk.Err(); err != nil {
+		t.Fatalf("a refused Refresh changed the lock: %v", err)
 	}
 	if err := lk.Refresh(ctx, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
