@@ -81,7 +81,8 @@ func defaultStorable(status int) bool {
 
 // WithWait makes a request wait up to d for a busy lock, and for the request's own context
 // (a client that went away stops waiting), before it is answered 409. Default: no wait, a
-// busy lock gives 409 at once. d <= 0 restores the default.
+// busy lock gives 409 at once. d <= 0 restores the default. The first look at the lock gets
+// at least a second whatever d, so a short d never makes a free lock look busy.
 func WithWait(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.wait = max(d, 0) })
 }
@@ -94,14 +95,15 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithReplay turns idempotent replay on and keeps stored responses for retention (<= 0:
-// DefaultRetention, 24 h). Default: replay is on, with DefaultRetention, exactly when the key
-// function uses the Idempotency-Key header (keyfunc.Func.UsesIdempotencyKey).
+// DefaultRetention, 24 h; values below 1 s are raised to 1 s, as asynqlock's done markers
+// are). Default: replay is on, with DefaultRetention, exactly when the key function uses the
+// Idempotency-Key header (keyfunc.Func.UsesIdempotencyKey).
 func WithReplay(retention time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.replay = replayOn
 		c.retention = DefaultRetention
 		if retention > 0 {
-			c.retention = retention
+			c.retention = max(retention, time.Second)
 		}
 	})
 }

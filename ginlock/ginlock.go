@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -222,8 +223,15 @@ func (m *middleware) undeclaredParam(c *gin.Context, route string) (string, bool
 	return "", false
 }
 
+// firstLook is the least time the first look at the lock gets under WithWait: a wait shorter
+// than a Redis round trip must not make a free lock look busy, and a store that does not
+// answer still fails the look (ErrUnavailable, 503) rather than hold the request.
+const firstLook = time.Second
+
 // acquire takes the lock at once, or waits up to WithWait and the request's context. With
-// replay, a stored response for the key comes back instead (*dlock.CompletedError).
+// replay, a stored response for the key comes back instead (*dlock.CompletedError). Under
+// WithWait the first look is bounded by the wait, but by no less than firstLook; only a busy
+// lock is waited for, for what is left of the wait.
 func (m *middleware) acquire(ctx context.Context, key string, replay bool) (*dlock.Lock, error) {
 	opts := m.lockOpts
 	if replay {
@@ -232,9 +240,16 @@ func (m *middleware) acquire(ctx context.Context, key string, replay bool) (*dlo
 	if m.cfg.wait <= 0 {
 		return m.client.TryAcquire(ctx, key, opts...)
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.wait)
+	until := time.Now().Add(m.cfg.wait)
+	lctx, cancel := context.WithTimeout(ctx, max(m.cfg.wait, firstLook))
+	lk, err := m.client.TryAcquire(lctx, key, opts...)
+	cancel()
+	if !errors.Is(err, dlock.ErrNotObtained) || ctx.Err() != nil || time.Until(until) <= 0 {
+		return lk, err
+	}
+	wctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
-	return m.client.Acquire(ctx, key, opts...)
+	return m.client.Acquire(wctx, key, opts...)
 }
 
 // reject renders an error response through the error handler and stops the chain.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"mime/multipart"
 	"net/http"
@@ -173,7 +174,7 @@ func (s *Source) readBody() ([]byte, error) {
 	var b []byte
 	if req.Body != nil && req.Body != http.NoBody {
 		var err error
-		b, err = io.ReadAll(io.LimitReader(req.Body, s.maxBody+1))
+		b, err = io.ReadAll(io.LimitReader(req.Body, min(s.maxBody, math.MaxInt64-1)+1)) // no overflow at MaxInt64
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe): // a smaller cap set before us, by http.MaxBytesReader

@@ -1,0 +1,90 @@
+package ginlock_test
+
+import (
+	"io"
+	"math"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/ginlock"
+	"github.com/lockguard/lockguard/keyfunc"
+)
+
+// WithMaxBody(math.MaxInt64), the natural "no cap", keeps the request body for the handler and
+// fingerprints it: a retry with the same key and another payload is 422, not a replay.
+func TestMaxBodyMaxInt64(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var got atomic.Value
+	r.POST("/payments", ginlock.New(e.locks, payKey, ginlock.WithMaxBody(math.MaxInt64)), func(c *gin.Context) {
+		b, _ := io.ReadAll(c.Request.Body)
+		got.Store(string(b))
+		c.JSON(http.StatusCreated, gin.H{"ok": true})
+	})
+	key, body := idemKey(t), `{"account":7,"amount":100}`
+	if w := do(r, req{path: "/payments", user: "alice", key: key, body: body}); w.Code != http.StatusCreated {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if g, _ := got.Load().(string); g != body {
+		t.Fatalf("handler read body %q, want %q", g, body)
+	}
+	wantProblem(t, do(r, req{path: "/payments", user: "alice", key: key, body: `{"account":7,"amount":999999}`}),
+		http.StatusUnprocessableEntity)
+}
+
+// A wait shorter than a Redis round trip bounds the wait for a busy lock, not the first look:
+// a free lock is taken.
+func TestTinyWaitTakesFreeLock(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	r.POST("/accounts/:id", ginlock.New(e.locks, accountKey, ginlock.WithWait(time.Microsecond)), func(c *gin.Context) {
+		runs.Add(1)
+		c.Status(http.StatusOK)
+	})
+	for range 5 {
+		if w := do(r, req{path: "/accounts/7", user: "alice"}); w.Code != http.StatusOK {
+			t.Fatalf("free lock, WithWait(1µs): %d %s, want 200", w.Code, w.Body)
+		}
+	}
+	held, err := e.locks.Acquire(t.Context(), "account:7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(t.Context()) }()
+	wantProblem(t, do(r, req{path: "/accounts/7", user: "alice"}), http.StatusConflict)
+	if runs.Load() != 5 {
+		t.Fatalf("handler ran %d times, want 5", runs.Load())
+	}
+}
+
+// WithReplay keeps responses at least a second, as asynqlock's done markers: a unit slip
+// (WithReplay(24)) does not turn replay off unnoticed.
+func TestReplayRetentionFloor(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	r.POST("/payments", ginlock.New(e.locks, keyfunc.Join(keyfunc.IdempotencyKey()), ginlock.WithReplay(time.Nanosecond)), func(c *gin.Context) {
+		runs.Add(1)
+		c.JSON(http.StatusCreated, gin.H{"ok": true})
+	})
+	key := idemKey(t)
+	do(r, req{path: "/payments", key: key, body: `{"amount":1}`})
+	time.Sleep(300 * time.Millisecond)
+	w := do(r, req{path: "/payments", key: key, body: `{"amount":1}`})
+	if runs.Load() != 1 || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry 300 ms later: handler ran %d times, replayed %q; want one run and a replay",
+			runs.Load(), w.Header().Get("Idempotent-Replayed"))
+	}
+	keys := e.redisKeys(t, "*:done")
+	if len(keys) != 1 {
+		t.Fatalf("stored records %v, want one", keys)
+	}
+	if ttl := e.rdb.PTTL(t.Context(), keys[0]).Val(); ttl <= 0 || ttl > time.Second {
+		t.Errorf("record kept %v, want the 1 s floor", ttl)
+	}
+}
