@@ -3,6 +3,7 @@ package asynqlock
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/lockguard/lockguard/keyfunc"
@@ -165,6 +166,11 @@ func SlotStart(ctx context.Context) (time.Time, bool) {
 
 type slotKey struct{}
 
-func slotRetention(p time.Duration) time.Duration { return max(10*p, time.Minute) }
+func slotRetention(p time.Duration) time.Duration {
+	if p > math.MaxInt64/10 {
+		return math.MaxInt64 // 10*p would overflow: a "once, ever" period keeps its marker
+	}
+	return max(10*p, time.Minute)
+}
 
 func slotWait(p time.Duration) time.Duration { return min(p/2, 10*time.Second) }
