@@ -133,6 +133,7 @@ const deadlineMargin = 500 * time.Millisecond
 // firstLook is the least time the first look at the lock gets under WithWait (see acquire).
 const firstLook = time.Second
 
+// later returns the later of a and b.
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
