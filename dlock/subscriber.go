@@ -15,10 +15,11 @@ import (
 // idleClose is how long an unused pub/sub connection is kept for the next wait.
 const idleClose = 10 * time.Second
 
-// linger is how long a channel stays subscribed after its last local listener left. A waiter
-// on the same key soon after (a loop that takes the same lock again, a second worker on the
-// same resource) finds the subscription confirmed: it registers before its first look and
-// needs no subscribe, confirmation and second look.
+// linger is how long a channel stays subscribed after its last local listener left (longer
+// while its confirmation is still to come: see unsubscribe). A waiter on the same key soon
+// after (a loop that takes the same lock again, a second worker on the same resource) finds
+// the subscription confirmed: it registers before its first look and needs no subscribe,
+// confirmation and second look.
 const linger = time.Second
 
 // sendTimeout bounds one SUBSCRIBE or UNSUBSCRIBE, the dial of a new connection included.
@@ -76,8 +77,9 @@ type psConn struct {
 type subOp struct {
 	channel string
 	cs      *chanState
-	done    chan struct{} // closed once sent; err is set before
+	done    chan struct{} // closed once sent; err and at are set before
 	err     error
+	at      time.Time // when the send ended
 }
 
 type chanState struct {
@@ -342,8 +344,21 @@ func (op *subOp) sentOK() bool {
 
 // finish records the outcome of a sent op.
 func (op *subOp) finish(err error) {
-	op.err = err
+	op.err, op.at = err, time.Now()
 	close(op.done)
+}
+
+// confirmGrace is how long after a SUBSCRIBE was sent its confirmation is still expected. A
+// channel is not unsubscribed while its confirmation is expected: see unsubscribe.
+const confirmGrace = sendTimeout
+
+// confirmDueIn is how long the confirmation of a sent or queued SUBSCRIBE is still to be
+// expected: confirmGrace after its send ended, and linger (then again) while it is unsent.
+func (op *subOp) confirmDueIn() time.Duration {
+	if !isClosed(op.done) {
+		return linger
+	}
+	return time.Until(op.at.Add(confirmGrace))
 }
 
 // dropLocked takes conn out of use: later listeners of its slot make a new connection.
@@ -543,13 +558,24 @@ func (s *subscriber) unsubscribe(conn *psConn, channel string, cs *chanState) {
 	if s.closed || conn.dropped || conn.chans[channel] != cs || len(cs.listeners) > 0 {
 		return
 	}
+	// A subscription whose confirmation is still to come is kept: after an UNSUBSCRIBE,
+	// that confirmation could not be told from the one of the channel's next SUBSCRIBE, and
+	// would mark the next state ready before Redis has it (Redis answers in order, but the
+	// next SUBSCRIBE may have joined the list by then). A listener that comes meanwhile uses
+	// the kept subscription.
+	if !isClosed(cs.ready) {
+		if d := cs.sub.confirmDueIn(); d > 0 {
+			cs.linger = time.AfterFunc(d, func() { s.unsubscribe(conn, channel, cs) })
+			return
+		}
+	}
 	delete(conn.chans, channel)
-	// A state still unconfirmed after linger lost its confirmation (a connection that
-	// stopped delivering, then reconnected: go-redis subscribes again only the channels it
-	// still has). Left on the list, it would take the confirmation of the channel's next
-	// SUBSCRIBE, whose listeners would then never be ready. A confirmation that was only
-	// late (Redis paused past linger) may then mark the next state ready a moment early: a
-	// wait then relies on its next look, as when a message is lost.
+	// A state still unconfirmed confirmGrace after its SUBSCRIBE lost its confirmation (a
+	// connection that stopped delivering, then reconnected: go-redis subscribes again only
+	// the channels it still has). Left on the list, it would take the confirmation of the
+	// channel's next SUBSCRIBE, whose listeners would then never be ready. A confirmation
+	// later still (Redis paused for longer) may then mark the next state ready a moment
+	// early: a wait then relies on its next look, as when a message is lost.
 	conn.unsent(cs)
 	s.queueUnsubscribeLocked(conn, channel)
 	s.idleLocked(conn)

@@ -12,14 +12,14 @@ import (
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
-// A channel's subscribe is queued behind a slow dial for longer than linger; its waiter gives
-// up, the linger ends and queues the unsubscribe, and a new waiter queues a new subscribe:
-// SUBSCRIBE (old), UNSUBSCRIBE, SUBSCRIBE (new). The confirmation of the OLD subscribe is
-// matched by channel name only and marks the NEW channel state ready, although the new
-// SUBSCRIBE has not even been sent and the UNSUBSCRIBE is about to end the subscription.
-// listenReady then hands out listeners that miss every notice until the new SUBSCRIBE lands.
-// (The old code sent both under mu, synchronously: the old confirmation came long before the
-// linger could end.) Here the slow node is played by held dials and slow writes.
+// A channel's subscribe is queued behind a slow dial for longer than linger, and its waiter
+// gives up. Were the linger to end the subscription then (SUBSCRIBE old, UNSUBSCRIBE,
+// SUBSCRIBE new for the next waiter), the confirmation of the OLD subscribe, matched by
+// channel name only, could mark the NEW channel state ready before its SUBSCRIBE reached
+// Redis, and listenReady would hand out listeners that miss every notice until it lands. A
+// subscription whose confirmation is still to come is therefore kept past its linger, and
+// the next waiter uses it: one SUBSCRIBE, confirmed once, and no notice missed. Here the slow
+// node is played by held dials and slow writes.
 func TestOldConfirmationDoesNotReadyNewSubscription(t *testing.T) {
 	srv := redistest.Start(t)
 	pub := srv.Client(t)
@@ -116,5 +116,78 @@ func TestOldConfirmationDoesNotReadyNewSubscription(t *testing.T) {
 			t.Fatalf("listen: %v", r.err)
 		}
 		r.l.Close()
+	}
+	if n := subs.Load(); n != 1 {
+		t.Errorf("SUBSCRIBE of %s sent %d times, want 1: the unconfirmed subscription was ended at its linger instead of kept for the next waiter", ch, n)
+	}
+}
+
+// A waiter subscribes while Redis is paused (CLIENT PAUSE) and gives up before the
+// confirmation comes; its linger ends while the confirmation is still on the way. The
+// subscription is kept, and a waiter that comes back uses it: no UNSUBSCRIBE, no second
+// SUBSCRIBE, and the confirmation, once Redis answers, marks it ready.
+func TestLateConfirmationKeepsSubscription(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	n := &testNet{}
+	var subs, unsubs atomic.Int32
+	const ch = "sub:late"
+	n.stall = func(p []byte) time.Duration {
+		if isSubscribeOf(p, ch) {
+			subs.Add(1)
+		}
+		if bytes.Contains(bytes.ToLower(p), []byte("\r\nunsubscribe\r\n")) {
+			unsubs.Add(1)
+		}
+		return 0
+	}
+	rdb := srv.Client(t, func(o *redis.Options) { o.Dialer = n.dial })
+	s := newSubscriber(rdb, false)
+	defer s.close()
+	ctx := context.Background()
+
+	// Dial the connection first, so that the paused server only holds back the confirmation.
+	warm := mustListen(t, s, "sub:warm", "w")
+	defer warm.Close()
+	pause := linger + 1500*time.Millisecond
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.listen(ctx, ch, 0, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Ready():
+		t.Fatal("subscription confirmed while Redis is paused")
+	case <-time.After(200 * time.Millisecond):
+	}
+	l.Close() // the waiter gave up
+	time.Sleep(linger + 300*time.Millisecond)
+
+	l2, err := s.listen(ctx, ch, 0, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	select {
+	case <-l2.Ready():
+	case <-time.After(pause + 5*time.Second):
+		t.Fatal("kept subscription never confirmed")
+	}
+	if err := admin.Publish(ctx, ch, "b 9 1000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-l2.C():
+		if got.token != 9 {
+			t.Errorf("notice token %d, want 9", got.token)
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("notice published after the confirmation was not delivered")
+	}
+	if subs.Load() != 1 || unsubs.Load() != 0 {
+		t.Errorf("SUBSCRIBE of %s sent %d times and UNSUBSCRIBE %d times, want 1 and 0: the subscription was ended while its confirmation was on the way",
+			ch, subs.Load(), unsubs.Load())
 	}
 }

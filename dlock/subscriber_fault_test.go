@@ -225,7 +225,9 @@ func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	_, _ = b.Acquire(wctx, "x")
 	cancel()
-	if msg := pollUntil(5*time.Second, func() string {
+	// x is unsubscribed confirmGrace after its SUBSCRIBE, when its confirmation is no longer
+	// expected.
+	if msg := pollUntil(15*time.Second, func() string {
 		if !d.wrote("unsubscribe") || !d.wrote("$9\r\nsubscribe") {
 			return "x not unsubscribed"
 		}
