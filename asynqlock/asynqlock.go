@@ -130,17 +130,6 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 // retry spent and WithBusy ignored.
 const deadlineMargin = 500 * time.Millisecond
 
-// firstLook is the least time the first look at the lock gets under WithWait (see acquire).
-const firstLook = time.Second
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
 // waitUntil is when a wait for the lock ends: WithWait from now, but no later than
 // deadlineMargin before the task's deadline; false when there is no time to wait (then one
 // look decides).
@@ -166,18 +155,9 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 	var lk *dlock.Lock
 	var err error
 	if until, ok := m.waitUntil(ctx); ok {
-		// The first look is bounded by the wait, but by no less than firstLook: a wait
-		// shorter than a Redis round trip must not make a free lock look busy, and a store
-		// that does not answer still fails the look (ErrUnavailable). Only a busy lock is
-		// waited for, for what is left of the wait.
-		lctx, cancel := context.WithDeadline(ctx, later(until, time.Now().Add(firstLook)))
-		lk, err = m.client.TryAcquire(lctx, key, opts...)
-		cancel()
-		if errors.Is(err, dlock.ErrNotObtained) && ctx.Err() == nil && time.Until(until) > 0 {
-			wctx, cancel := context.WithDeadline(ctx, until)
-			lk, err = m.client.Acquire(wctx, key, opts...)
-			cancel()
-		}
+		// WithMaxWait: a wait shorter than a Redis round trip still takes a free lock, and a
+		// store that does not answer still fails the look (ErrUnavailable).
+		lk, err = m.client.Acquire(ctx, key, append(opts, dlock.WithMaxWait(time.Until(until)))...)
 	} else {
 		lk, err = m.client.TryAcquire(ctx, key, opts...)
 	}

@@ -220,6 +220,15 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 		r.ttl = c.cfg.lease
 	}
 	ctx, span := c.tel.startAcquire(ctx, key, wait)
+	look := ctx // the context of the first look at the lock
+	if wait && ac.maxWait > 0 {
+		start := time.Now()
+		var cancelWait, cancelLook context.CancelFunc
+		look, cancelLook = context.WithDeadline(ctx, start.Add(max(ac.maxWait, FirstLook)))
+		defer cancelLook()
+		ctx, cancelWait = context.WithDeadline(ctx, start.Add(ac.maxWait))
+		defer cancelWait()
+	}
 	var g grant
 	var err error
 	for {
@@ -229,7 +238,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 			break
 		}
 		r.owner = owner.String()
-		g, err = c.obtain(ctx, r)
+		g, err = c.obtain(ctx, look, r)
 		if err == nil && g.handedOff && (c.cfg.replicas > 0 || g.confirmDue()) {
 			err = c.confirmHandOff(ctx, r, &g)
 			if errors.Is(err, ErrLockLost) && ctx.Err() == nil {

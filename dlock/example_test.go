@@ -117,6 +117,25 @@ func ExampleClient_Acquire_timeout() {
 	// Output: true true
 }
 
+// WithMaxWait bounds the wait for a busy lock without a context of its own: a free lock is
+// taken however short the bound, and a busy one fails as at a context deadline.
+func ExampleWithMaxWait() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	locks := dlock.New(rdb)
+	defer locks.Close()
+	ctx := context.Background()
+
+	lk, err := locks.Acquire(ctx, "invoice:7", dlock.WithMaxWait(time.Microsecond))
+	fmt.Println("free lock:", err)
+	_, err = locks.Acquire(ctx, "invoice:7", dlock.WithMaxWait(50*time.Millisecond))
+	fmt.Println("busy lock:", errors.Is(err, dlock.ErrNotObtained), errors.Is(err, context.DeadlineExceeded))
+	_ = lk.Release(ctx)
+	// Output:
+	// free lock: <nil>
+	// busy lock: true true
+}
+
 // Complete records that the work under a key is done, atomically with the release; a later
 // acquisition with SkipCompleted gets the record instead of the lock.
 func ExampleLock_Complete() {

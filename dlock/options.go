@@ -101,6 +101,7 @@ func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
 type acquireConfig struct {
 	ttl           time.Duration
 	skipCompleted bool
+	maxWait       time.Duration
 }
 
 // WithTTL gives this acquisition a fixed lease of d with no watchdog renewal (like Redisson's
@@ -116,6 +117,20 @@ func WithTTL(d time.Duration) AcquireOption {
 		}
 	})
 }
+
+// WithMaxWait bounds how long Acquire waits for a busy lock to d, besides its context: when d
+// runs out, Acquire fails with an error matching ErrNotObtained and context.DeadlineExceeded,
+// as when the context's deadline ends a wait. The first look at the lock is not cut short by
+// d: it gets at least FirstLook, so a d shorter than a Redis round trip still takes a free
+// lock, and a store that does not answer still fails with ErrUnavailable. A lock found busy
+// is waited for until d has passed since the call. d <= 0 means no bound but the context's.
+// TryAcquire ignores it.
+func WithMaxWait(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.maxWait = max(d, 0) })
+}
+
+// FirstLook is the least time the first look of an Acquire with WithMaxWait gets.
+const FirstLook = time.Second
 
 // SkipCompleted makes the acquisition fail with a *CompletedError (matching ErrCompleted)
 // when a record stored by Complete exists for the key, instead of taking the lock. The check

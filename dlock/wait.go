@@ -28,9 +28,10 @@ func (g *grant) confirmDue() bool {
 
 // obtain runs the acquisition: one script call when the lock is free; otherwise, if r.wait,
 // a place in line and a wait for the hand-off message, looking again every retry interval
-// (or when the holder's lease runs out) in case a message was lost.
-func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err error) {
-	try := func() (acquireResult, error) {
+// (or when the holder's lease runs out) in case a message was lost. The first look runs with
+// first (see WithMaxWait), the rest of the wait with ctx.
+func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, err error) {
+	try := func(ctx context.Context) (acquireResult, error) {
 		g.attempts++
 		g.sent = time.Now()
 		res, err := c.be.acquire(ctx, r)
@@ -56,9 +57,9 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 			lis.Close()
 		}
 	}()
-	res, err := try()
+	res, err := try(first)
 	if err != nil {
-		return g, c.lookErr(ctx, r.key, err, g.sent)
+		return g, c.lookErr(first, r.key, err, g.sent)
 	}
 	if done, err := c.settled(&g, r, res); done {
 		return g, err
@@ -113,7 +114,7 @@ func (c *Client) obtain(ctx context.Context, r acquireRequest) (g grant, err err
 	}
 	for {
 		if look {
-			if res, err = try(); err != nil {
+			if res, err = try(ctx); err != nil {
 				return g, c.lookErr(ctx, r.key, err, g.sent)
 			}
 			if done, err := c.settled(&g, r, res); done {

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -56,6 +55,9 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFun
 	m.params = key.RequiredParams()
 	if cfg.ttl > 0 {
 		m.lockOpts = append(m.lockOpts, dlock.WithTTL(cfg.ttl))
+	}
+	if cfg.wait > 0 {
+		m.lockOpts = append(m.lockOpts, dlock.WithMaxWait(cfg.wait))
 	}
 	if m.replay {
 		m.key = key.Scope(keyfunc.Meta(keyfunc.MetaMethod).Named("method"),
@@ -223,15 +225,10 @@ func (m *middleware) undeclaredParam(c *gin.Context, route string) (string, bool
 	return "", false
 }
 
-// firstLook is the least time the first look at the lock gets under WithWait: a wait shorter
-// than a Redis round trip must not make a free lock look busy, and a store that does not
-// answer still fails the look (ErrUnavailable, 503) rather than hold the request.
-const firstLook = time.Second
-
 // acquire takes the lock at once, or waits up to WithWait and the request's context. With
 // replay, a stored response for the key comes back instead (*dlock.CompletedError). Under
-// WithWait the first look is bounded by the wait, but by no less than firstLook; only a busy
-// lock is waited for, for what is left of the wait.
+// WithWait, a wait shorter than a Redis round trip still takes a free lock, and a store that
+// does not answer is still unavailable (dlock.WithMaxWait).
 func (m *middleware) acquire(ctx context.Context, key string, replay bool) (*dlock.Lock, error) {
 	opts := m.lockOpts
 	if replay {
@@ -240,16 +237,7 @@ func (m *middleware) acquire(ctx context.Context, key string, replay bool) (*dlo
 	if m.cfg.wait <= 0 {
 		return m.client.TryAcquire(ctx, key, opts...)
 	}
-	until := time.Now().Add(m.cfg.wait)
-	lctx, cancel := context.WithTimeout(ctx, max(m.cfg.wait, firstLook))
-	lk, err := m.client.TryAcquire(lctx, key, opts...)
-	cancel()
-	if !errors.Is(err, dlock.ErrNotObtained) || ctx.Err() != nil || time.Until(until) <= 0 {
-		return lk, err
-	}
-	wctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
-	return m.client.Acquire(wctx, key, opts...)
+	return m.client.Acquire(ctx, key, opts...)
 }
 
 // reject renders an error response through the error handler and stops the chain.

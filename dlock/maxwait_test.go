@@ -1,0 +1,152 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/dlock"
+)
+
+// heldKey returns a new key and its lock, held until the test ends (or released earlier).
+func heldKey(t *testing.T, c *dlock.Client, ctx context.Context) (string, *dlock.Lock) {
+	t.Helper()
+	key := uniqueKey(t)
+	held, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	return key, held
+}
+
+// WithMaxWait ends the wait for a busy lock once d has passed, with the error of a wait ended
+// by its context's deadline, and takes the waiter out of line.
+func TestMaxWaitEndsBusyWait(t *testing.T) {
+	_, rdb, c := setup(t)
+	ctx := testContext(t, 20*time.Second)
+	key, _ := heldKey(t, c, ctx)
+
+	const d = 300 * time.Millisecond
+	start := time.Now()
+	lk, err := c.Acquire(ctx, key, dlock.WithMaxWait(d))
+	took := time.Since(start)
+	if err == nil {
+		_ = lk.Release(ctx)
+		t.Fatal("Acquire of a held lock with WithMaxWait returned a lock")
+	}
+	if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want one matching ErrNotObtained and context.DeadlineExceeded", err)
+	}
+	if took < d {
+		t.Errorf("Acquire gave up after %v, before the max wait of %v", took, d)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the caller's context ended: the max wait did not")
+	}
+	// The waiter leaves the line as its wait ends, or just after (in the background).
+	n := int64(-1)
+	for deadline := time.Now().Add(5 * time.Second); n != 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		n = rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val()
+	}
+	if n != 0 {
+		t.Errorf("%d waiters left in line 5 s after the max wait ran out, want 0", n)
+	}
+}
+
+// A lock released within the max wait goes to the waiter.
+func TestMaxWaitTakesReleasedLock(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 20*time.Second)
+	key, held := heldKey(t, c, ctx)
+	time.AfterFunc(200*time.Millisecond, func() { _ = held.Release(context.Background()) })
+	lk, err := c.Acquire(ctx, key, dlock.WithMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire with a max wait of 10 s, lock released after 200 ms: %v", err)
+	}
+	if lk.Token() <= held.Token() {
+		t.Errorf("token %d after a hand-off from token %d", lk.Token(), held.Token())
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A max wait far shorter than a round trip still takes a free lock: the first look is not cut
+// short by it.
+func TestTinyMaxWaitTakesFreeLock(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 20*time.Second)
+	for i := range 20 {
+		lk, err := c.Acquire(ctx, uniqueKey(t), dlock.WithMaxWait(time.Nanosecond))
+		if err != nil {
+			t.Fatalf("acquisition %d of a free lock with WithMaxWait(1ns): %v", i, err)
+		}
+		if err := lk.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// With a tiny max wait, a store that holds the look back is unavailable, not a busy lock.
+func TestTinyMaxWaitSilentStoreIsUnavailable(t *testing.T) {
+	srv, _, c := setup(t)
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.TryAcquire(ctx, key) // scripts and connections ready
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lk.Release(ctx)
+
+	admin := redis.NewClient(srv.Options())
+	defer func() { _ = admin.Close() }()
+	pause := dlock.FirstLook + time.Second
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.Do(context.Background(), "CLIENT", "UNPAUSE").Err() }()
+	lk, err = c.Acquire(ctx, key, dlock.WithMaxWait(time.Millisecond))
+	if err == nil {
+		_ = lk.Release(ctx)
+		t.Fatal("precondition: the acquire script ran during CLIENT PAUSE WRITE")
+	}
+	if errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("free lock, Redis holding writes: err = %v, want ErrUnavailable and not ErrNotObtained", err)
+	}
+}
+
+// The caller's context still bounds the wait when it ends first; TryAcquire ignores the
+// option; d <= 0 leaves the wait to the context.
+func TestMaxWaitAndContext(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 20*time.Second)
+	key, _ := heldKey(t, c, ctx)
+
+	wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	start := time.Now()
+	_, err := c.Acquire(wctx, key, dlock.WithMaxWait(time.Minute))
+	cancel()
+	if !errors.Is(err, dlock.ErrNotObtained) || time.Since(start) > 10*time.Second {
+		t.Errorf("context of 200 ms, max wait of a minute: err = %v after %v, want ErrNotObtained at the context's end", err, time.Since(start))
+	}
+
+	_, err = c.TryAcquire(ctx, key, dlock.WithMaxWait(time.Minute))
+	if !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryAcquire with WithMaxWait of a held lock: err = %v, want ErrNotObtained at once", err)
+	}
+
+	for _, d := range []time.Duration{0, -time.Second} {
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		start = time.Now()
+		_, err = c.Acquire(wctx, key, dlock.WithMaxWait(d))
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, dlock.ErrNotObtained) || took < 300*time.Millisecond {
+			t.Errorf("WithMaxWait(%v): err = %v after %v, want the wait to last until the context's end (300 ms)", d, err, took)
+		}
+	}
+}
