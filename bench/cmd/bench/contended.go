@@ -32,6 +32,27 @@ type contendedResult struct {
 	counts       metrics.Counts
 	serverUsec   int64 // commandstats usec of the contender's top-level commands
 	poolConns    int   // connections in the client's pool after warm-up
+	// late is how late a goroutine that sleeps probeSleep at a time woke up during the run:
+	// the scheduling stalls of the machine and the Go runtime that every waiter also sees.
+	late metrics.Sample
+}
+
+// probeSleep is the sleep of the stall probe of a contended run.
+const probeSleep = time.Millisecond
+
+// probe sleeps probeSleep at a time until ctx ends, recording how late each wake-up was.
+func probe(ctx context.Context, late *metrics.Sample) {
+	for ctx.Err() == nil {
+		t := time.Now()
+		time.Sleep(probeSleep)
+		late.Add(max(time.Since(t)-probeSleep, 0))
+	}
+}
+
+// nominalWait is what a wait in a FIFO line of G goroutines takes with every hold and
+// hand-off at its median: the G-1 holds ahead of it, each followed by a hand-off.
+func (r *contendedResult) nominalWait() time.Duration {
+	return time.Duration(r.goroutines-1) * (r.hold + r.gaps.Quantile(0.5))
 }
 
 func (r *contendedResult) rate() float64 { return float64(r.acquisitions) / r.dur.Seconds() }
@@ -89,8 +110,8 @@ func (b *bench) contended(ctx context.Context, rep *report) error {
 				return err
 			}
 			r.table = c.table
-			log.Printf("  %-14s G=%-2d hold=%-5v %7.0f acq/s  gap p50 %-9v (n %d) max wait %-12v reacq %3.0f%% max share %.2fx pool %d",
-				name, c.g, c.hold, r.rate(), r.gaps.Quantile(0.5), r.gaps.Len(), r.maxWait(), 100*r.reacquiredShare(), r.maxFairShare(), r.poolConns)
+			log.Printf("  %-14s G=%-2d hold=%-5v %7.0f acq/s  gap p50 %-9v (n %d) max wait %-12v reacq %3.0f%% max share %.2fx pool %d probe late max %v",
+				name, c.g, c.hold, r.rate(), r.gaps.Quantile(0.5), r.gaps.Len(), r.maxWait(), 100*r.reacquiredShare(), r.maxFairShare(), r.poolConns, r.late.Max())
 			rep.contended = append(rep.contended, r)
 		}
 	}
@@ -123,6 +144,8 @@ func (b *bench) contendedRun(parent context.Context, name string, g int, hold, d
 	c0 := ct.c.rt.Snapshot()
 	ctx, cancel := context.WithTimeout(parent, dur)
 	defer cancel()
+	var probed sync.WaitGroup
+	probed.Go(func() { probe(ctx, &r.late) })
 	for id := range g {
 		wg.Go(func() {
 			var waits, gaps []time.Duration
@@ -182,6 +205,7 @@ func (b *bench) contendedRun(parent context.Context, name string, g int, hold, d
 		}
 	}
 	wg.Wait()
+	probed.Wait()
 	r.counts = ct.c.rt.Snapshot().Sub(c0)
 	r.serverUsec = b.commandStats(parent).Sub(cs0).SumUsec(ct.TopLevel()...)
 	r.violations = int(violations.Load())

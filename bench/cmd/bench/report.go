@@ -231,13 +231,14 @@ func (r *report) writeContended(w func(string, ...any)) {
 	w("The floor is an idealised bound: it counts no CPU time for the client or the server, and the PING it uses was measured with one goroutine, not under the load of G.\n\n")
 	w("- **hand-off gap p50 (n)**: from the start of a Release to the return of the next Acquire *by a different goroutine*; n is the number of such hand-offs the p50 is taken from: where the releaser mostly takes the lock straight back, they are a small share of the acquisitions;\n")
 	w("- **wait p99 / max wait**: Acquire call to return; max wait also counts waits still unfinished when the run ended;\n")
+	w("- **stall probe, max late**: during each run one more goroutine sleeps %s at a time; this is the most any of its wake-ups came late, a measure of the machine's and the Go runtime's scheduling stalls in that run;\n", fmtDur(probeSleep))
 	w("- **re-acquired by releaser**: share of acquisitions made by the goroutine that had released last (starvation indicator; fair is about 1/G);\n")
 	w("- **busiest / fair**: acquisitions of the busiest goroutine divided by total/G;\n")
 	w("- **round trips/acq, server time/acq**: everything the contender's client sent during the run (including failed polls and queue entries) per successful acquisition, and the Redis CPU time of it (commandstats `usec`).\n\n")
 	for _, hold := range r.plan.holds {
 		w("### Hold %s\n\n", fmtDur(hold))
-		w("| G | contender | acquisitions/s | x floor | hand-off gap p50 (n) | wait p99 | max wait | re-acquired by releaser | busiest / fair | round trips/acq | server time/acq | errors |\n")
-		w("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| G | contender | acquisitions/s | x floor | hand-off gap p50 (n) | wait p99 | max wait | stall probe, max late | re-acquired by releaser | busiest / fair | round trips/acq | server time/acq | errors |\n")
+		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, g := range r.plan.goroutines {
 			for _, name := range contenders.Names {
 				c := r.findContended(name, g, hold)
@@ -256,8 +257,8 @@ func (r *report) writeContended(w func(string, ...any)) {
 				if c.gaps.Len() > 0 {
 					gap = fmt.Sprintf("%s (n %d)", fmtDur(c.gaps.Quantile(0.5)), c.gaps.Len())
 				}
-				w("| %d | %s | %.0f | %.2fx | %s | %s | %s | %s | %.2fx | %.1f | %.0f µs | %s |\n", g, name, c.rate(), c.rate()/r.contendedFloor(hold),
-					gap, fmtDur(c.waits.Quantile(0.99)), fmtDur(c.maxWait()), pct(c.reacquiredShare()),
+				w("| %d | %s | %.0f | %.2fx | %s | %s | %s | %s | %s | %.2fx | %.1f | %.0f µs | %s |\n", g, name, c.rate(), c.rate()/r.contendedFloor(hold),
+					gap, fmtDur(c.waits.Quantile(0.99)), fmtDur(c.maxWait()), fmtDur(c.late.Max()), pct(c.reacquiredShare()),
 					c.maxFairShare(), rtAcq, float64(c.serverUsec)/float64(max(c.acquisitions, 1)), errs)
 			}
 		}
