@@ -103,6 +103,31 @@ func TestEmptyUserIsMissing(t *testing.T) {
 	}
 }
 
+// An auth step that stores a user of a type ContextValue cannot read is the server's mistake:
+// 500, the handler never runs, Redis is untouched, and the answer names nothing of the value.
+func TestUnsupportedUserTypeIsServerError(t *testing.T) {
+	e := setup(t)
+	var runs atomic.Int32
+	r := gin.New()
+	type account struct{ ID int }
+	r.Use(func(c *gin.Context) { c.Set("user", account{ID: 7}) })
+	key := keyfunc.Join(keyfunc.IdempotencyKey()).Scope(keyfunc.ContextValue("user").Named("user"))
+	r.POST("/payments", ginlock.New(e.locks, key), func(c *gin.Context) {
+		runs.Add(1)
+		c.Status(http.StatusCreated)
+	})
+	p := wantProblem(t, do(r, req{path: "/payments", key: "k1"}), http.StatusInternalServerError)
+	if strings.Contains(p.Detail, "account") || p.Part != "" {
+		t.Errorf("500 problem %+v tells the client about the server's context value", p)
+	}
+	if runs.Load() != 0 {
+		t.Fatalf("handler ran %d times", runs.Load())
+	}
+	if keys := e.redisKeys(t, "*"); len(keys) != 0 {
+		t.Fatalf("the request touched Redis: %v", keys)
+	}
+}
+
 // Where the request body cannot be had, the status says whose fault it is: over a cap that
 // an earlier middleware set (http.MaxBytesReader) is 413, a body cut short is 400, and a From
 // function that fails is the server's 500, logged, with nothing of its error in the answer.

@@ -36,7 +36,8 @@ const retryAfter = "1"
 //   - 503 with Retry-After: the lock store is unavailable or the client closed
 //     (dlock.ErrUnavailable, dlock.ErrClosed), unless WithFailOpen;
 //   - 500: a keyfunc.From function failed (logged; the answer says nothing of its error), a
-//     key dlock refuses (dlock.ErrInvalidKey) or an unreadable record (ErrBadRecord).
+//     context value of a type keyfunc cannot read (keyfunc.ErrUnsupportedType), a key dlock
+//     refuses (dlock.ErrInvalidKey) or an unreadable record (ErrBadRecord).
 //
 // With replay on, the key is scoped by method and route on top of the key function's own
 // scope; add the caller (keyfunc.ContextValue in Func.Scope) so that users never share keys.

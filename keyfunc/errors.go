@@ -12,9 +12,13 @@ import (
 var (
 	// ErrMissing: a required part has no value in the request or task.
 	ErrMissing = errors.New("keyfunc: missing value")
-	// ErrInvalid: a value is present but unusable (a malformed Idempotency-Key, a context
-	// value of an unsupported type, a JSON number whose exponent is out of range).
+	// ErrInvalid: a value is present but unusable (a malformed Idempotency-Key, a JSON
+	// number whose exponent is out of range).
 	ErrInvalid = errors.New("keyfunc: invalid value")
+	// ErrUnsupportedType: a context value is of a type ContextValue cannot read (the server's
+	// auth step stored, say, a struct): the server's mistake, not the request's, so it is not
+	// an input error (see IsInputError).
+	ErrUnsupportedType = errors.New("keyfunc: context value of an unsupported type")
 	// ErrTooLong: a value is longer than its part's hard cap (see Part.MaxLen).
 	ErrTooLong = errors.New("keyfunc: value too long")
 	// ErrBodyTooLarge: returned (wrapped) by Source.Body when the body exceeds the adapter's cap.

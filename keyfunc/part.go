@@ -266,7 +266,8 @@ func formBodyValue(e *eval, name string) (string, bool, error) {
 
 // ContextValue is the value stored in the Source's context under key, typically the user or
 // tenant id put there by auth middleware. Accepted: string, fmt.Stringer and integer types
-// (and types based on them); anything else is ErrInvalid. nil is absent, and so is text that
+// (and types based on them); anything else is ErrUnsupportedType, a server-side mistake that
+// IsInputError does not count as the request's. nil is absent, and so is text that
 // is empty or only spaces and tabs (an auth step that stored "" for a request without a
 // user): a required user part then fails with ErrMissing, rather than putting every
 // anonymous caller in one shared scope. Cap: DefaultMaxLen.
@@ -322,7 +323,7 @@ func contextValueText(ctx context.Context, key any) (string, bool, error) {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
 		return strconv.FormatUint(rv.Uint(), 10), true, nil
 	}
-	return "", true, fmt.Errorf("%w: context value of type %T", ErrInvalid, v)
+	return "", true, fmt.Errorf("%w: %T", ErrUnsupportedType, v)
 }
 
 // From is a part computed by fn, for data no other constructor reaches. fn reports an

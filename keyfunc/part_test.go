@@ -168,7 +168,7 @@ func TestContextValueTypes(t *testing.T) {
 		{"empty stringer", ctxWith(textID("")), "", ErrMissing},
 		{"absent", context.Background(), "", ErrMissing},
 		{"nil context", nil, "", ErrMissing},
-		{"unsupported", ctxWith(3.5), "", ErrInvalid},
+		{"unsupported", ctxWith(3.5), "", ErrUnsupportedType},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -180,6 +180,12 @@ func TestContextValueTypes(t *testing.T) {
 				t.Errorf("Key = %q, want %q", got, tt.want)
 			}
 		})
+	}
+	// A value of an unsupported type is the server's mistake, not the request's.
+	_, err := Join(ContextValue(userKey{}).Named("user")).Key(&MapSource{Ctx: ctxWith(struct{ ID int }{7})})
+	var pe *PartError
+	if !errors.Is(err, ErrUnsupportedType) || IsInputError(err) || !errors.As(err, &pe) || pe.Part != "user" {
+		t.Errorf("struct context value: err = %v (input error %v), want ErrUnsupportedType naming the part, not an input error", err, IsInputError(err))
 	}
 	// Optional, empty text is absent too: the same key as no value at all.
 	opt := Join(Const("pay"), ContextValue(userKey{}).Optional())
