@@ -16,7 +16,7 @@ const (
 	DefaultMaxPayload = 1 << 20 // bytes of payload a key function may read
 )
 
-// Option configures New and Wrap.
+// Option configures New and Wrap. A nil Option is skipped.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)

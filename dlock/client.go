@@ -42,7 +42,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	cfg := config{lease: DefaultLease, retry: DefaultRetryInterval, prefix: DefaultPrefix}
 	for _, o := range opts {
-		o.apply(&cfg)
+		if o != nil {
+			o.apply(&cfg)
+		}
 	}
 	c := &Client{cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
 	if c.log == nil {
@@ -210,7 +212,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	}
 	var ac acquireConfig
 	for _, o := range opts {
-		o.applyAcquire(&ac)
+		if o != nil {
+			o.applyAcquire(&ac)
+		}
 	}
 	if outer := heldIn(ctx, c, key); outer != nil {
 		return outer.reenter(ctx, ac.skipCompleted)

@@ -150,3 +150,24 @@ func TestMaxWaitAndContext(t *testing.T) {
 		}
 	}
 }
+
+// A nil option (a conditional one left unset) is skipped, in New and in an acquisition.
+func TestNilOptionsAreSkipped(t *testing.T) {
+	srv, _, _ := setup(t)
+	var opt dlock.Option
+	var acq dlock.AcquireOption
+	c := newClient(t, srv.Client(t), opt, dlock.WithPrefix("nilopt"), nil)
+	ctx := testContext(t, 10*time.Second)
+	lk, err := c.Acquire(ctx, uniqueKey(t), acq, nil, dlock.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire with nil options: %v", err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lk, err = c.TryAcquire(ctx, uniqueKey(t), nil)
+	if err != nil {
+		t.Fatalf("TryAcquire with a nil option: %v", err)
+	}
+	_ = lk.Release(ctx)
+}

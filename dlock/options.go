@@ -15,7 +15,7 @@ const (
 	DefaultPrefix        = "lockguard"
 )
 
-// Option configures a Client.
+// Option configures a Client. A nil Option is skipped.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -91,7 +91,7 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
 
-// AcquireOption configures one acquisition.
+// AcquireOption configures one acquisition. A nil AcquireOption is skipped.
 type AcquireOption interface{ applyAcquire(*acquireConfig) }
 
 type acquireOptionFunc func(*acquireConfig)

@@ -17,7 +17,7 @@ const (
 	DefaultMaxReplayBody = 1 << 20        // WithMaxReplayBody: 1 MiB of stored response body
 )
 
-// Option configures the middleware built by New.
+// Option configures the middleware built by New. A nil Option is skipped.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -59,7 +59,9 @@ func newConfig(opts []Option) config {
 		onError:       DefaultErrorHandler,
 	}
 	for _, o := range opts {
-		o.apply(&cfg)
+		if o != nil {
+			o.apply(&cfg)
+		}
 	}
 	if cfg.log == nil {
 		cfg.log = slog.New(slog.DiscardHandler)

@@ -88,3 +88,20 @@ func TestReplayRetentionFloor(t *testing.T) {
 		t.Errorf("record kept %v, want the 1 s floor", ttl)
 	}
 }
+
+// A nil option (a conditional one left unset) is skipped: the middleware works with the rest.
+func TestNilOptionIsSkipped(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var opt ginlock.Option
+	r.POST("/payments", ginlock.New(e.locks, payKey, opt, ginlock.WithWait(time.Second), nil), func(c *gin.Context) {
+		c.JSON(http.StatusCreated, gin.H{"ok": true})
+	})
+	key := idemKey(t)
+	if w := do(r, req{path: "/payments", user: "alice", key: key, body: `{}`}); w.Code != http.StatusCreated {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if w := do(r, req{path: "/payments", user: "alice", key: key, body: `{}`}); w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: status %d, not replayed: %s", w.Code, w.Body)
+	}
+}
