@@ -4,7 +4,7 @@
 //	locks := dlock.New(rdb) // rdb: *redis.Client, *redis.ClusterClient or a failover client
 //	defer locks.Close()
 //
-//	lock, err := locks.Acquire(ctx, "account:42") // waits; TryAcquire does not
+//	lock, err := locks.Acquire(ctx, "account:42") // waits (WithMaxWait bounds it); TryAcquire does not
 //	if err != nil {
 //		return err
 //	}

@@ -66,7 +66,8 @@
 // Key's errors are *PartError values naming the part. IsInputError tells the input's
 // faults (ErrMissing, ErrInvalid, ErrTooLong, ErrMalformedBody, ErrBodyTooLarge: an HTTP
 // adapter's 400 or 413, a task adapter's archive) from the rest (a From function's error,
-// a body that could not be read), which a retry may get past.
+// a body that could not be read, a context value of a type ContextValue cannot read:
+// ErrUnsupportedType), which are the server's or may pass on a retry.
 //
 // # Limits
 //
