@@ -130,20 +130,20 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 // retry spent and WithBusy ignored.
 const deadlineMargin = 500 * time.Millisecond
 
-// waitUntil is when a wait for the lock ends: WithWait from now, but no later than
-// deadlineMargin before the task's deadline; false when there is no time to wait (then one
-// look decides).
-func (m *middleware) waitUntil(ctx context.Context) (time.Time, bool) {
+// maxWait is how long a wait for the lock may last, from now: WithWait, but ending no later
+// than deadlineMargin before the task's deadline; 0 when there is no time to wait (then one
+// look decides). It reads the clock once, so a positive answer stays positive: a bound that
+// ran out between two reads would be WithMaxWait(0), no bound at all.
+func (m *middleware) maxWait(ctx context.Context) time.Duration {
 	if m.cfg.wait <= 0 {
-		return time.Time{}, false
+		return 0
 	}
-	until := time.Now().Add(m.cfg.wait)
+	wait := m.cfg.wait
 	if d, ok := ctx.Deadline(); ok {
-		if last := d.Add(-min(deadlineMargin, time.Until(d)/10)); last.Before(until) {
-			until = last
-		}
+		left := time.Until(d)
+		wait = min(wait, left-min(deadlineMargin, left/10))
 	}
-	return until, time.Until(until) > 0
+	return max(wait, 0)
 }
 
 // acquire takes the lock, mapping every way of not getting it to the error the task returns.
@@ -154,10 +154,10 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 	}
 	var lk *dlock.Lock
 	var err error
-	if until, ok := m.waitUntil(ctx); ok {
+	if wait := m.maxWait(ctx); wait > 0 {
 		// WithMaxWait: a wait shorter than a Redis round trip still takes a free lock, and a
 		// store that does not answer still fails the look (ErrUnavailable).
-		lk, err = m.client.Acquire(ctx, key, append(opts, dlock.WithMaxWait(time.Until(until)))...)
+		lk, err = m.client.Acquire(ctx, key, append(opts, dlock.WithMaxWait(wait))...)
 	} else {
 		lk, err = m.client.TryAcquire(ctx, key, opts...)
 	}

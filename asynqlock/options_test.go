@@ -2,6 +2,7 @@ package asynqlock_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -50,6 +51,40 @@ func TestOncePerSlotHugePeriodKeepsMarker(t *testing.T) {
 		}
 		if ttl := e.rdb.PTTL(t.Context(), keys[0]).Val(); ttl < 10*365*24*time.Hour {
 			t.Errorf("OncePerSlot(%s): marker kept %v, want years", tc.name, ttl)
+		}
+	}
+}
+
+// A tiny WithWait on a busy lock answers busy at once, whatever the wait: the bound handed to
+// dlock is read from the clock once, so it never reaches WithMaxWait as 0 (no bound), which
+// would keep the task waiting to its own deadline (asynq's task timeout) and bypass WithBusy.
+func TestTinyWaitOnBusyLockIsBusy(t *testing.T) {
+	e := newEnv(t)
+	task := asynq.NewTask("account:deduct", []byte(`{"account_id":"tiny-busy"}`))
+	key, err := taskAccountKey.Key(asynqlock.NewSource(t.Context(), task))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := e.lock.Acquire(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	for wait := 50 * time.Nanosecond; wait <= 5*time.Microsecond; wait += 25 * time.Nanosecond {
+		h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			t.Error("handler ran on a busy lock")
+			return nil
+		}), e.lock, taskAccountKey, asynqlock.WithWait(wait))
+		for i := range 5 {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second) // the task's own timeout
+			start := time.Now()
+			err := h.ProcessTask(ctx, task)
+			took := time.Since(start)
+			cancel()
+			var locked *asynqlock.ErrLocked
+			if !errors.As(err, &locked) || took > time.Second {
+				t.Fatalf("WithWait(%v) on a busy lock, try %d: err %v after %v; want *ErrLocked at once, not a wait to the task's deadline", wait, i, err, took)
+			}
 		}
 	}
 }

@@ -228,7 +228,14 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	if wait && ac.maxWait > 0 {
 		start := time.Now()
 		var cancelWait, cancelLook context.CancelFunc
-		look, cancelLook = context.WithDeadline(ctx, start.Add(max(ac.maxWait, FirstLook)))
+		// The first look includes the WAIT for the replicas with WithReplicaAck (twice when
+		// the node had not loaded the script: see runAcked): a store that does not
+		// acknowledge in time is then ErrUnavailable, as without a max wait.
+		firstLook := FirstLook
+		if c.cfg.replicas > 0 {
+			firstLook += 2 * c.cfg.replicaWait
+		}
+		look, cancelLook = context.WithDeadline(ctx, start.Add(max(ac.maxWait, firstLook)))
 		defer cancelLook()
 		ctx, cancelWait = context.WithDeadline(ctx, start.Add(ac.maxWait))
 		defer cancelWait()

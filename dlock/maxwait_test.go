@@ -171,3 +171,27 @@ func TestNilOptionsAreSkipped(t *testing.T) {
 	}
 	_ = lk.Release(ctx)
 }
+
+// With WithReplicaAck, the first look includes the WAIT for the replicas: a free lock whose
+// acquisition no replica acknowledges is ErrUnavailable under a short max wait too, not a busy
+// lock, and it is released again.
+func TestMaxWaitReplicaAckUnacknowledgedIsUnavailable(t *testing.T) {
+	_, rdb, c := setup(t, dlock.WithReplicaAck(1, time.Second)) // no replica: WAIT times out
+	ctx := testContext(t, 30*time.Second)
+	// The first time, the node has not loaded the script yet (NOSCRIPT, then the script sent
+	// whole, each with its WAIT); the second time it has.
+	for i := range 2 {
+		key := uniqueKey(t)
+		_, err := c.Acquire(ctx, key, dlock.WithMaxWait(100*time.Millisecond))
+		if errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, dlock.ErrUnavailable) {
+			t.Fatalf("acquisition %d: free lock, no replica to acknowledge, WithMaxWait(100ms): err = %v, want ErrUnavailable and not ErrNotObtained", i, err)
+		}
+		owner := "?"
+		for deadline := time.Now().Add(5 * time.Second); owner != "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			owner = rdb.HGet(ctx, "lockguard:{"+key+"}:lock", "o").Val()
+		}
+		if owner != "" {
+			t.Errorf("acquisition %d: lock still held by %q after it was not acknowledged", i, owner)
+		}
+	}
+}

@@ -121,10 +121,11 @@ func WithTTL(d time.Duration) AcquireOption {
 // WithMaxWait bounds how long Acquire waits for a busy lock to d, besides its context: when d
 // runs out, Acquire fails with an error matching ErrNotObtained and context.DeadlineExceeded,
 // as when the context's deadline ends a wait. The first look at the lock is not cut short by
-// d: it gets at least FirstLook, so a d shorter than a Redis round trip still takes a free
-// lock, and a store that does not answer still fails with ErrUnavailable. A lock found busy
-// is waited for until d has passed since the call. d <= 0 means no bound but the context's.
-// TryAcquire ignores it.
+// d: it gets at least FirstLook (plus twice the replica timeout with WithReplicaAck), so a d
+// shorter than a Redis round trip still takes a free lock, and a store that does not answer
+// or acknowledge still fails with ErrUnavailable. A lock found busy is waited for until d has
+// passed since the call. d <= 0 means no bound but the context's: a bound computed from a
+// deadline must not fall to zero unnoticed. TryAcquire ignores it.
 func WithMaxWait(d time.Duration) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.maxWait = max(d, 0) })
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/ginlock"
 	"github.com/lockguard/lockguard/keyfunc"
 )
@@ -103,5 +104,18 @@ func TestNilOptionIsSkipped(t *testing.T) {
 	}
 	if w := do(r, req{path: "/payments", user: "alice", key: key, body: `{}`}); w.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry: status %d, not replayed: %s", w.Code, w.Body)
+	}
+}
+
+// With WithReplicaAck and no replica to acknowledge, a free key under WithWait is 503 (the
+// store cannot confirm the lock), as without WithWait: not a 409 for a request in progress.
+func TestWaitUnacknowledgedLockIs503(t *testing.T) {
+	e := setup(t, dlock.WithReplicaAck(1, time.Second))
+	r := router()
+	h := func(c *gin.Context) { c.Status(http.StatusCreated) }
+	r.POST("/nowait", ginlock.New(e.locks, payKey), h)
+	r.POST("/wait", ginlock.New(e.locks, payKey, ginlock.WithWait(200*time.Millisecond)), h)
+	for _, path := range []string{"/nowait", "/wait"} {
+		wantProblem(t, do(r, req{path: path, user: "alice", key: idemKey(t), body: `{}`}), http.StatusServiceUnavailable)
 	}
 }
