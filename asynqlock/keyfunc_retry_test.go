@@ -46,3 +46,20 @@ func TestKeyFuncOwnErrorIsRetried(t *testing.T) {
 			"want it retried and completed", state, lookups.Load(), runs.Load(), lastErr)
 	}
 }
+
+// A context value of a type keyfunc cannot read was put there by the worker's own middleware:
+// the server's mistake, not the task's. The task is not archived as invalid (asynq retries
+// it), and the handler does not run.
+func TestUnsupportedContextValueIsRetried(t *testing.T) {
+	e := newEnv(t)
+	type tenantKey struct{}
+	key := keyfunc.Join(keyfunc.Const("tenant"), keyfunc.ContextValue(tenantKey{}).Named("tenant"))
+	runs := 0
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { runs++; return nil }), e.lock, key)
+	ctx := context.WithValue(t.Context(), tenantKey{}, struct{ ID int }{7})
+	err := h.ProcessTask(ctx, asynq.NewTask("tenant:sync", nil))
+	if !errors.Is(err, keyfunc.ErrUnsupportedType) || errors.Is(err, asynq.SkipRetry) || runs != 0 {
+		t.Fatalf("unsupported context value: err %v (SkipRetry %v), handler ran %d times; want ErrUnsupportedType, retried, not run",
+			err, errors.Is(err, asynq.SkipRetry), runs)
+	}
+}

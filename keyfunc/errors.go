@@ -8,7 +8,8 @@ import (
 
 // Sentinel errors. Key wraps every per-part failure in a *PartError whose Unwrap returns
 // (an error wrapping) one of these, so callers test with errors.Is and name the part with
-// errors.As. A middleware typically maps ErrBodyTooLarge to 413 and the others to 400.
+// errors.As. A middleware typically maps ErrBodyTooLarge to 413, the other input errors (see
+// IsInputError) to 400, and ErrUnsupportedType, like any other error, to 500.
 var (
 	// ErrMissing: a required part has no value in the request or task.
 	ErrMissing = errors.New("keyfunc: missing value")
@@ -32,7 +33,8 @@ var (
 // IsInputError reports whether err, from Func.Key, is the fault of the request or task
 // itself: it wraps ErrMissing, ErrInvalid, ErrTooLong, ErrMalformedBody or ErrBodyTooLarge,
 // so the same input fails the same way again. Anything else (the error of a From function, a
-// body that could not be read) may pass on a retry. An HTTP adapter answers the first kind
+// body that could not be read, a context value of a type ContextValue cannot read) is the
+// server's or may pass on a retry. An HTTP adapter answers the first kind
 // with 400 (413 for ErrBodyTooLarge) and the other with a server error; a task adapter
 // archives the first kind and retries the other.
 func IsInputError(err error) bool {
