@@ -150,7 +150,7 @@ func TestLateConfirmationKeepsSubscription(t *testing.T) {
 	warm := mustListen(t, s, "sub:warm", "w")
 	defer warm.Close()
 	pause := linger + 1500*time.Millisecond
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+	if err := srv.Pause(ctx, pause); err != nil {
 		t.Fatal(err)
 	}
 	l, err := s.listen(ctx, ch, 0, "a")
