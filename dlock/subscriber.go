@@ -309,7 +309,9 @@ func (c *psConn) unsent(cs *chanState) {
 // confirmed marks ready the channel state that a subscribe confirmation is for: the oldest
 // one sent and unconfirmed. A confirmation with none is go-redis subscribing the
 // connection's channels again after a reconnect: it is for the current state, if its
-// SUBSCRIBE went out.
+// SUBSCRIBE went out. If that state was ready already, a hand-off published while the
+// connection was down was lost with its message: the channel's waiters look again now, and
+// the one it was handed to finds it, instead of at its next look a retry interval later.
 func (c *psConn) confirmed(channel string) {
 	var cs *chanState
 	if sent := c.sent[channel]; len(sent) > 0 {
@@ -327,8 +329,19 @@ func (c *psConn) confirmed(channel string) {
 	}
 	select {
 	case <-cs.ready:
+		cs.lookAgain()
 	default:
 		close(cs.ready)
+	}
+}
+
+// lookAgain tells every listener of cs to look at its lock now: a notice without a token.
+func (cs *chanState) lookAgain() {
+	for l := range cs.listeners {
+		select {
+		case l.c <- notice{}:
+		default: // a notice is pending already: the waiter acts on it
+		}
 	}
 }
 

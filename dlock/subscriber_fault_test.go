@@ -119,9 +119,36 @@ type ctlDialer struct {
 	mu        sync.Mutex
 	subConns  []*ctlConn
 	written   strings.Builder
+	gate      chan struct{} // non-nil: dials wait until it is closed (or their context ends)
+}
+
+// holdDials makes new dials wait until openDials.
+func (d *ctlDialer) holdDials() {
+	d.mu.Lock()
+	d.gate = make(chan struct{})
+	d.mu.Unlock()
+}
+
+func (d *ctlDialer) openDials() {
+	d.mu.Lock()
+	if d.gate != nil {
+		close(d.gate)
+		d.gate = nil
+	}
+	d.mu.Unlock()
 }
 
 func (d *ctlDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	gate := d.gate
+	d.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	var nd net.Dialer
 	c, err := nd.DialContext(ctx, network, addr)
 	if err != nil {
@@ -163,11 +190,18 @@ func (d *ctlDialer) breakSubConns() {
 	d.subConns = nil
 }
 
-// handOff makes a hold the lock for key, starts a waiter on w with 10 s to get it, releases
-// after 200 ms and returns the waiter's error. With the retry interval of the test (30 s),
-// only the release message can hand the lock over in time: a waiter whose subscription is
-// never taken for ready does not act on the message before its next look.
-func handOff(t *testing.T, a, w *dlock.Client, key string) error {
+// ctlSetup starts a Redis server and returns a ctlDialer with two clients on the server: a
+// plain one, and one that dials through the ctlDialer.
+func ctlSetup(t *testing.T) (d *ctlDialer, rdbA, rdbB *redis.Client) {
+	t.Helper()
+	srv := redistest.Start(t)
+	d = &ctlDialer{}
+	return d, srv.Client(t), srv.Client(t, func(o *redis.Options) { o.Dialer = d.dial })
+}
+
+// holdAndWait makes a hold the lock for key and starts a waiter on w with 10 s to get it,
+// which releases it at once; the waiter's error comes on the channel.
+func holdAndWait(t *testing.T, a, w *dlock.Client, key string) (*dlock.Lock, <-chan error) {
 	t.Helper()
 	ctx := context.Background()
 	h, err := a.Acquire(ctx, key)
@@ -180,15 +214,25 @@ func handOff(t *testing.T, a, w *dlock.Client, key string) error {
 		defer cancel()
 		lk, err := w.Acquire(wctx, key)
 		if err == nil {
-			_ = lk.Release(ctx)
+			err = lk.Release(ctx)
 		}
 		got <- err
 	}()
+	return h, got
+}
+
+// handOff makes a hold the lock for key, starts a waiter on w with 10 s to get it, releases
+// after 200 ms and returns the waiter's error. With the retry interval of the test (30 s),
+// only the release message can hand the lock over in time: a waiter whose subscription is
+// never taken for ready does not act on the message before its next look.
+func handOff(t *testing.T, a, w *dlock.Client, key string) error {
+	t.Helper()
+	h, got := holdAndWait(t, a, w, key)
 	time.Sleep(200 * time.Millisecond)
-	if err := h.Release(ctx); err != nil {
+	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	err = <-got
+	err := <-got
 	time.Sleep(1500 * time.Millisecond) // past the channel's linger
 	return err
 }
@@ -199,10 +243,7 @@ func handOff(t *testing.T, a, w *dlock.Client, key string) error {
 // subscription of that channel takes its confirmation, is never marked ready, and every wait
 // on the key from then on waits a full retry interval for the hand-off instead of the message.
 func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
-	srv := redistest.Start(t)
-	d := &ctlDialer{}
-	rdbA := srv.Client(t)
-	rdbB := srv.Client(t, func(o *redis.Options) { o.Dialer = d.dial })
+	d, rdbA, rdbB := ctlSetup(t)
 	ctx := context.Background()
 	const retry = 30 * time.Second
 	a, b := pinnedPair(t, rdbA, rdbB, retry)
@@ -247,6 +288,44 @@ func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
 	}
 	if err := handOff(t, a, b, "y"); err != nil {
 		t.Errorf("control key y: %v", err)
+	}
+}
+
+// A hand-off published while the waiter's pub/sub connection is down is lost with its
+// message. Once go-redis has re-dialled and subscribed the channel again, the waiter looks at
+// once and finds the lock handed to it. With a retry interval of 30 s and the holder's lease
+// renewed, its next look would come long after its 10 s wait.
+func TestWaiterLooksWhenSubscribedAgain(t *testing.T) {
+	d, rdbA, rdbB := ctlSetup(t)
+	ctx := context.Background()
+	const retry = 30 * time.Second
+	a := newClient(t, rdbA, dlock.WithRetryInterval(retry))
+	b := newClient(t, rdbB, dlock.WithRetryInterval(retry))
+	h, got := holdAndWait(t, a, b, "x")
+	subscribed := func(want int) func() string {
+		return func() string {
+			if n := len(channelsMatching(t, rdbA, "*")); n != want {
+				return fmt.Sprintf("%d channels subscribed, want %d", n, want)
+			}
+			return ""
+		}
+	}
+	if msg := pollUntil(5*time.Second, subscribed(1)); msg != "" {
+		t.Fatal(msg)
+	}
+	time.Sleep(300 * time.Millisecond) // the waiter looked once more after subscribing
+
+	d.holdDials()
+	d.breakSubConns()
+	if msg := pollUntil(5*time.Second, subscribed(0)); msg != "" {
+		t.Fatal(msg)
+	}
+	if err := h.Release(ctx); err != nil { // handed to b; the message reaches nobody
+		t.Fatal(err)
+	}
+	d.openDials()
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after the reconnect: %v (retry interval %v): it did not look when subscribed again", err, retry)
 	}
 }
 

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -62,6 +63,15 @@ func TestNoticesAfterPubSubReconnect(t *testing.T) {
 	if !waitFor(5*time.Second, func() bool { return numSub(t, admin, "sub:k1") == 1 }) {
 		t.Fatal("not resubscribed after kill")
 	}
+	// Subscribed again: the listener is told to look (a hand-off may have been lost).
+	select {
+	case nt := <-l.C():
+		if nt.token != 0 {
+			t.Fatalf("first notice after the reconnect %+v, want a look-again notice", nt)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("no look-again notice after the reconnect")
+	}
 	if err := admin.Publish(ctx, "sub:k1", "a 5 1000").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -118,13 +128,27 @@ func TestShardedNoticesAfterPubSubReconnect(t *testing.T) {
 		c := n.Client(t)
 		_ = c.ClientKillByFilter(ctx, "TYPE", "pubsub").Err()
 	}
-	time.Sleep(time.Second)
+	// Subscribed again: every listener is told to look (a hand-off may have been lost).
+	for _, x := range ls {
+		select {
+		case n := <-x.l.C():
+			if n.token != 0 {
+				t.Errorf("%s: first notice after the kill %+v, want a look-again notice", x.ch, n)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: no look-again notice after the kill", x.ch)
+		}
+	}
 	for i, x := range ls {
-		if err := rdb.SPublish(ctx, x.ch, "o "+string(rune('1'+i))+" 1000").Err(); err != nil {
+		want := int64(i + 1)
+		if err := rdb.SPublish(ctx, x.ch, fmt.Sprintf("o %d 1000", want)).Err(); err != nil {
 			t.Fatal(err)
 		}
 		select {
-		case <-x.l.C():
+		case n := <-x.l.C():
+			if n.token != want {
+				t.Errorf("%s: notice %+v, want token %d", x.ch, n, want)
+			}
 		case <-time.After(3 * time.Second):
 			t.Errorf("%s: no notice after the kill", x.ch)
 		}
