@@ -116,7 +116,7 @@ func (b *bench) manyKeysRun(parent context.Context, r *manyKeysResult, round int
 	r.ops += ops.Load()
 	r.dur += dur
 	r.errs += errs.Load()
-	r.counts = addCounts(r.counts, counts)
+	r.counts = r.counts.Add(counts)
 	r.serverUsec += serverUsec
 	r.poolConns = append(r.poolConns, conns)
 	return nil

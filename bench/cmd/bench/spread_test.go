@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -46,6 +47,36 @@ func TestLoadHigh(t *testing.T) {
 	} {
 		if got := loadHigh(tc.load, tc.cores); got != tc.want {
 			t.Errorf("loadHigh(%q, %d) = %v, want %v", tc.load, tc.cores, got, tc.want)
+		}
+	}
+}
+
+// TestClientSplit checks the split of the uncontended gap that server time leaves: lockguard's
+// own client work (its client time p50 over the floor's, at most the rest) and the remainder.
+func TestClientSplit(t *testing.T) {
+	us := time.Microsecond
+	withClient := func(d time.Duration) *uncontendedResult {
+		r := &uncontendedResult{}
+		for range 3 {
+			r.client.Add(d)
+		}
+		return r
+	}
+	floor := withClient(2 * us)
+	for _, tc := range []struct {
+		lg   time.Duration
+		rest float64
+		want []string
+	}{
+		{17 * us, 45, []string{"Of the other 45 µs, about 15 µs is lockguard's own client work: 17.0 µs", "against 2.0 µs for the pair", "the remaining 30 µs"}},
+		{60 * us, 45, []string{"lockguard's own client work accounts for the other 45 µs: 60.0 µs"}},
+		{1 * us, 45, []string{"The other 45 µs is spent inside the go-redis calls", "1.0 µs per operation at p50, the pair's 2.0 µs"}},
+	} {
+		got := clientSplit(withClient(tc.lg), floor, tc.rest)
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("clientSplit(client %v, rest %v) = %q, want it to contain %q", tc.lg, tc.rest, got, w)
+			}
 		}
 	}
 }

@@ -41,6 +41,7 @@ var emptyScript = redis.NewScript("return 1")
 type uncontendedResult struct {
 	name       string
 	lat        metrics.Sample  // every measured op
+	client     metrics.Sample  // every measured op's time outside its Redis calls
 	rounds     []time.Duration // p50 of each round, in round order
 	ops        int64
 	counts     metrics.Counts // hook counts over all measured ops
@@ -140,15 +141,18 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 			c0 := rts[name].Snapshot()
 			var lat metrics.Sample
 			for range b.plan.uncOps {
+				in0 := rts[name].Snapshot().Inside
 				t := time.Now()
 				if err := ops[name](ctx); err != nil {
 					return fmt.Errorf("%s: %w", name, err)
 				}
-				lat.Add(time.Since(t))
+				d := time.Since(t)
+				lat.Add(d)
+				r.client.Add(max(d-(rts[name].Snapshot().Inside-in0), 0))
 			}
 			r.rounds = append(r.rounds, lat.Quantile(0.5))
 			r.lat.Merge(&lat)
-			r.counts = addCounts(r.counts, rts[name].Snapshot().Sub(c0))
+			r.counts = r.counts.Add(rts[name].Snapshot().Sub(c0))
 			d := b.commandStats(ctx).Sub(cs0)
 			r.topLevel += d.Sum(top[name]...)
 			r.serverUsec += d.SumUsec(top[name]...)
@@ -169,8 +173,4 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 		rep.uncontended = append(rep.uncontended, r)
 	}
 	return nil
-}
-
-func addCounts(a, b metrics.Counts) metrics.Counts {
-	return metrics.Counts{RoundTrips: a.RoundTrips + b.RoundTrips, Requests: a.Requests + b.Requests}
 }

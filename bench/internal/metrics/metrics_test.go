@@ -33,18 +33,26 @@ func TestQuantile(t *testing.T) {
 	}
 }
 
+// hooked returns a client on srv with a RoundTrips hook, its connection dialled already (so
+// that no measurement includes the dial).
+func hooked(t *testing.T, srv *redistest.Server) (*redis.Client, *RoundTrips) {
+	t.Helper()
+	rdb := srv.Client(t)
+	rt := &RoundTrips{}
+	rdb.AddHook(rt)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rdb, rt
+}
+
 // TestRoundTripsAgreeWithCommandStats checks the hook against the server's own counts: three
 // single commands and one pipeline of two are 4 round trips and 5 requests.
 func TestRoundTripsAgreeWithCommandStats(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	rdb, rt := hooked(t, srv)
 	admin := srv.Client(t)
 	ctx := context.Background()
-	var rt RoundTrips
-	rdb.AddHook(&rt)
-	if err := rdb.Ping(ctx).Err(); err != nil { // dial outside the measurement
-		t.Fatal(err)
-	}
 	cs0, err := ReadCommandStats(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +80,25 @@ func TestRoundTripsAgreeWithCommandStats(t *testing.T) {
 	}
 	if got := diff.Sum("get"); got != 2 { // one top-level, one inside the script
 		t.Errorf("commandstats get = %d, want 2", got)
+	}
+}
+
+// TestRoundTripsInside checks the time the hook sums inside calls: a BLPOP that waits 100 ms
+// on an empty list is inside, the caller's sleeps around it are not.
+func TestRoundTripsInside(t *testing.T) {
+	rdb, rt := hooked(t, redistest.Start(t))
+	ctx := context.Background()
+	c0 := rt.Snapshot()
+	start := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	if err := rdb.BLPop(ctx, 100*time.Millisecond, "empty").Err(); err != redis.Nil {
+		t.Fatalf("BLPOP: %v, want redis.Nil", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	wall := time.Since(start)
+	in := rt.Snapshot().Sub(c0).Inside
+	if in < 100*time.Millisecond || in > wall-100*time.Millisecond {
+		t.Errorf("inside %v over %v of wall time with 100 ms of sleep outside and a 100 ms BLPOP inside", in, wall)
 	}
 }
 

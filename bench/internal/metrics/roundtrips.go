@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -16,25 +17,34 @@ import (
 // measuring window counts the round trips that completed in it.
 // The handshake go-redis sends on each new connection (HELLO, CLIENT SETINFO, CLIENT
 // MAINT_NOTIFICATIONS) is left out: it is the pool's cost, not the lock's.
+// The hook also sums the time spent inside the calls it counts (connection from the pool,
+// write, wait, read, parse): what a caller spends beyond that is its own work.
 type RoundTrips struct {
 	roundTrips atomic.Int64
 	requests   atomic.Int64
+	inside     atomic.Int64 // nanoseconds
 }
 
 // Counts is a snapshot of a RoundTrips hook, or a difference of two.
 type Counts struct {
-	RoundTrips int64 // client->server exchanges: single commands plus pipelines
-	Requests   int64 // top-level commands, counting each command of a pipeline
+	RoundTrips int64         // client->server exchanges: single commands plus pipelines
+	Requests   int64         // top-level commands, counting each command of a pipeline
+	Inside     time.Duration // time spent inside those calls, summed
 }
 
 // Sub returns c - o.
 func (c Counts) Sub(o Counts) Counts {
-	return Counts{RoundTrips: c.RoundTrips - o.RoundTrips, Requests: c.Requests - o.Requests}
+	return Counts{RoundTrips: c.RoundTrips - o.RoundTrips, Requests: c.Requests - o.Requests, Inside: c.Inside - o.Inside}
+}
+
+// Add returns c + o.
+func (c Counts) Add(o Counts) Counts {
+	return Counts{RoundTrips: c.RoundTrips + o.RoundTrips, Requests: c.Requests + o.Requests, Inside: c.Inside + o.Inside}
 }
 
 // Snapshot returns the counts so far.
 func (h *RoundTrips) Snapshot() Counts {
-	return Counts{RoundTrips: h.roundTrips.Load(), Requests: h.requests.Load()}
+	return Counts{RoundTrips: h.roundTrips.Load(), Requests: h.requests.Load(), Inside: time.Duration(h.inside.Load())}
 }
 
 // DialHook implements redis.Hook; dials are not counted.
@@ -47,8 +57,10 @@ func (h *RoundTrips) DialHook(next redis.DialHook) redis.DialHook {
 // ProcessHook implements redis.Hook: one command, one round trip.
 func (h *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		start := time.Now()
 		err := next(ctx, cmd)
 		if !handshake(cmd) {
+			h.inside.Add(int64(time.Since(start)))
 			h.roundTrips.Add(1)
 			h.requests.Add(1)
 		}
@@ -60,6 +72,7 @@ func (h *RoundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // MULTI/EXEC transaction's wrapping commands are not counted as requests).
 func (h *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		start := time.Now()
 		err := next(ctx, cmds)
 		n := 0
 		for _, c := range cmds {
@@ -68,6 +81,7 @@ func (h *RoundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			}
 		}
 		if n > 0 {
+			h.inside.Add(int64(time.Since(start)))
 			h.roundTrips.Add(1)
 			h.requests.Add(int64(n))
 		}
