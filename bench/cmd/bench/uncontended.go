@@ -168,8 +168,8 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 	for _, name := range names {
 		r := res[name]
 		sp := r.ratioSpread(floor)
-		log.Printf("  %-22s p50 %v p99 %v rt/op %.2f; per-round p50/floor median %.2fx (%.2f-%.2fx)", name, r.lat.Quantile(0.5), r.lat.Quantile(0.99),
-			r.perOp(r.counts.RoundTrips), sp.med, sp.lo, sp.hi)
+		log.Printf("  %-22s p50 %v p99 %v rt/op %.2f client p50 %v; per-round p50/floor median %.2fx (%.2f-%.2fx)", name, r.lat.Quantile(0.5), r.lat.Quantile(0.99),
+			r.perOp(r.counts.RoundTrips), r.client.Quantile(0.5), sp.med, sp.lo, sp.hi)
 		rep.uncontended = append(rep.uncontended, r)
 	}
 	return nil
