@@ -63,9 +63,15 @@ type psConn struct {
 	sending bool // a goroutine is sending the queue
 	made    bool // the first subscribe went through: the connection exists, dispatch runs
 	dropped bool // taken out of conns (its first subscribe failed, idle, lost, or closed)
-	// unsubs counts, per channel, our unsubscribes sent and not yet confirmed: an
-	// unsubscribe confirmation beyond them is Redis dropping the subscription itself.
-	unsubs map[string]int
+	// unsubs holds, per channel, the numbers (seq) of our unsubscribes sent and not yet
+	// confirmed, oldest first: an unsubscribe confirmation beyond them is Redis dropping the
+	// subscription itself. One whose confirmation was lost with a broken connection is
+	// dropped once a later SUBSCRIBE of the channel is confirmed: Redis answers in order, so
+	// no older confirmation can come after that one. Kept, it would take a later unsubscribe
+	// by Redis (a Cluster node giving the slot away) for ours, and the channel's waiters
+	// would not be told that their messages no longer come.
+	unsubs map[string][]uint64
+	seq    uint64 // the number of the last subscription change queued
 	// dropErr is what ops still queued when the connection was dropped fail with.
 	dropErr error
 	// addr is, on a Cluster, the master of the slot as the client's layout named it when
@@ -76,6 +82,7 @@ type psConn struct {
 // subOp is one SUBSCRIBE (cs != nil) or UNSUBSCRIBE of a channel, queued on a connection.
 type subOp struct {
 	channel string
+	seq     uint64 // order among the connection's changes
 	cs      *chanState
 	done    chan struct{} // closed once sent; err and at are set before
 	err     error
@@ -164,13 +171,15 @@ func (s *subscriber) connLocked(slot int) *psConn {
 		ps = s.rdb.Subscribe(context.Background())
 	}
 	conn := &psConn{slot: slot, ps: ps, chans: map[string]*chanState{}, sent: map[string][]*chanState{},
-		unsubs: map[string]int{}, dropErr: ErrClosed}
+		unsubs: map[string][]uint64{}, dropErr: ErrClosed}
 	s.conns[slot] = conn
 	return conn
 }
 
 // queueLocked queues op on conn and starts its sender if none runs.
 func (s *subscriber) queueLocked(conn *psConn, op *subOp) {
+	conn.seq++
+	op.seq = conn.seq
 	conn.queue = append(conn.queue, op)
 	if conn.sending {
 		return
@@ -238,7 +247,7 @@ func (s *subscriber) send(conn *psConn) {
 		}
 		if err != nil && op.cs == nil {
 			s.mu.Lock()
-			conn.unsubscribed(op.channel) // no confirmation will come for it
+			conn.forgetUnsubscribes(op.channel, func(seq uint64) bool { return seq == op.seq }) // no confirmation will come for it
 			s.mu.Unlock()
 		}
 		// An unsubscribe is best effort: a failed one only costs ignored messages until the
@@ -321,6 +330,9 @@ func (c *psConn) confirmed(channel string) {
 		} else {
 			c.sent[channel] = sent[1:]
 		}
+		// Redis answers in order: an unsubscribe sent before this SUBSCRIBE and still
+		// unconfirmed was lost with a broken connection.
+		c.forgetUnsubscribes(channel, func(seq uint64) bool { return seq < cs.sub.seq })
 	} else if cur := c.chans[channel]; cur != nil && cur.sub.sentOK() {
 		cs = cur
 	}
@@ -594,26 +606,35 @@ func (s *subscriber) unsubscribe(conn *psConn, channel string, cs *chanState) {
 	s.idleLocked(conn)
 }
 
-// queueUnsubscribeLocked queues an unsubscribe of channel on conn, counting it so that its
+// queueUnsubscribeLocked queues an unsubscribe of channel on conn, noting it so that its
 // confirmation is told from Redis dropping the subscription.
 func (s *subscriber) queueUnsubscribeLocked(conn *psConn, channel string) {
-	conn.unsubs[channel]++
-	s.queueLocked(conn, &subOp{channel: channel, done: make(chan struct{})})
+	op := &subOp{channel: channel, done: make(chan struct{})}
+	s.queueLocked(conn, op)
+	conn.unsubs[channel] = append(conn.unsubs[channel], op.seq)
 }
 
-// unsubscribed counts off one of our unsubscribes of channel; it reports false when none was
-// outstanding.
+// unsubscribed counts off the oldest of our unsubscribes of channel still to be confirmed;
+// it reports false when none was.
 func (c *psConn) unsubscribed(channel string) bool {
-	n := c.unsubs[channel]
-	switch {
-	case n == 0:
+	q := c.unsubs[channel]
+	if len(q) == 0 {
 		return false
-	case n == 1:
-		delete(c.unsubs, channel)
-	default:
-		c.unsubs[channel] = n - 1
 	}
+	oldest := q[0]
+	c.forgetUnsubscribes(channel, func(seq uint64) bool { return seq == oldest })
 	return true
+}
+
+// forgetUnsubscribes drops our unsubscribes of channel that drop reports true for: no
+// confirmation will come for them.
+func (c *psConn) forgetUnsubscribes(channel string, drop func(seq uint64) bool) {
+	left := slices.DeleteFunc(c.unsubs[channel], drop)
+	if len(left) == 0 {
+		delete(c.unsubs, channel)
+	} else {
+		c.unsubs[channel] = left
+	}
 }
 
 // lostLocked drops conn because Redis no longer delivers its channels' messages: it ended a
