@@ -329,6 +329,48 @@ func TestWaiterLooksWhenSubscribedAgain(t *testing.T) {
 	}
 }
 
+// A subscription not yet confirmed when its connection broke is confirmed by go-redis's
+// subscribe after the reconnect. Its waiter went on without it after 250 ms (looking every
+// retry interval, here 30 s); it looks once more when the confirmation comes, and finds the
+// lock handed to it while the connection was down.
+func TestWaiterLooksWhenSubscriptionConfirmedLate(t *testing.T) {
+	d, rdbA, rdbB := ctlSetup(t)
+	ctx := context.Background()
+	const retry = 30 * time.Second
+	a, b := pinnedPair(t, rdbA, rdbB, retry)
+	time.Sleep(300 * time.Millisecond) // b waits for pin: its pub/sub connection is up
+
+	d.blackhole.Store(true) // b's pub/sub writes stop reaching Redis
+	h, got := holdAndWait(t, a, b, "x")
+	if msg := pollUntil(5*time.Second, func() string {
+		if !d.wrote("{x}") {
+			return "no SUBSCRIBE of x"
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	time.Sleep(500 * time.Millisecond) // the waiter looked without its subscription, and waits
+	d.holdDials()
+	d.breakSubConns()
+	d.blackhole.Store(false)
+	if msg := pollUntil(5*time.Second, func() string {
+		if n := len(channelsMatching(t, rdbA, "*")); n != 0 {
+			return fmt.Sprintf("%d channels still subscribed", n)
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	if err := h.Release(ctx); err != nil { // handed to b; the message reaches nobody
+		t.Fatal(err)
+	}
+	d.openDials()
+	if err := <-got; err != nil {
+		t.Fatalf("waiter after the reconnect: %v (retry interval %v): it did not look when its subscription was confirmed", err, retry)
+	}
+}
+
 // channelsMatching returns the channels Redis has subscribers for, matching pattern.
 func channelsMatching(t testing.TB, rdb *redis.Client, pattern string) []string {
 	t.Helper()

@@ -129,7 +129,15 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 			next = res.pttl + time.Millisecond // look again when the holder's lease ends
 		}
 		timer.Reset(next)
+		// A subscription still unconfirmed (the wait went on without it after confirmWait,
+		// or the connection broke before Redis answered): a hand-off published before Redis
+		// had it reached nobody, so its confirmation, when it comes, is a reason to look.
+		var lateReady <-chan struct{}
+		if !isClosed(lis.Ready()) {
+			lateReady = lis.Ready()
+		}
 		select {
+		case <-lateReady:
 		case <-ctx.Done():
 			c.cleanup(ctx, r, nil)
 			return g, c.waitEnded(ctx, r.key)
