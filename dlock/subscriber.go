@@ -485,8 +485,12 @@ func (s *subscriber) dispatch(conn *psConn, msgs <-chan any) {
 			case "subscribe", "ssubscribe":
 				conn.confirmed(m.Channel)
 			case "unsubscribe", "sunsubscribe":
-				if !conn.unsubscribed(m.Channel) && conn.chans[m.Channel] != nil {
-					s.lostLocked(conn) // not ours: Redis ended it
+				// Not ours: Redis ended it. Only a Cluster node does, for the shard channels
+				// of a slot it gave away; on one server such a confirmation is one of ours
+				// that a late confirmation put out of step (see unsubscribe), and the
+				// connection is healthy.
+				if !conn.unsubscribed(m.Channel) && s.sharded && conn.chans[m.Channel] != nil {
+					s.lostLocked(conn)
 				}
 			}
 			s.mu.Unlock()

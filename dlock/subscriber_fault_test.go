@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -116,6 +117,7 @@ type ctlConn struct {
 
 type ctlDialer struct {
 	blackhole atomic.Bool
+	holdReads atomic.Bool // Redis's answers on pub/sub connections wait until it is cleared
 	mu        sync.Mutex
 	subConns  []*ctlConn
 	written   strings.Builder
@@ -172,6 +174,14 @@ func (c *ctlConn) Write(p []byte) (int, error) {
 		}
 	}
 	return c.Conn.Write(p)
+}
+
+func (c *ctlConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	for c.sub.Load() && c.d.holdReads.Load() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return n, err
 }
 
 func (d *ctlDialer) wrote(s string) bool {
@@ -368,6 +378,85 @@ func TestWaiterLooksWhenSubscriptionConfirmedLate(t *testing.T) {
 	d.openDials()
 	if err := <-got; err != nil {
 		t.Fatalf("waiter after the reconnect: %v (retry interval %v): it did not look when its subscription was confirmed", err, retry)
+	}
+}
+
+// On one server Redis never ends a subscription itself. A confirmation later than
+// confirmGrace puts the answers that follow it out of step with what the subscriber sent:
+// here Redis answers SUBSCRIBE k (given up), UNSUBSCRIBE k, SUBSCRIBE k (a new waiter), and
+// the first answer is taken for the new SUBSCRIBE. The UNSUBSCRIBE's answer must not then be
+// taken for Redis ending the subscription: the connection is healthy and stays.
+func TestLateConfirmationKeepsConnection(t *testing.T) {
+	d, rdbA, rdbB := ctlSetup(t)
+	ctx := context.Background()
+	a, b := pinnedPair(t, rdbA, rdbB, 30*time.Second)
+	time.Sleep(300 * time.Millisecond) // b waits for pin: its pub/sub connection is up
+	pubsubClients := func() string {
+		s, err := rdbA.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, f := range strings.Fields(s) {
+			if strings.HasPrefix(f, "id=") {
+				ids = append(ids, f)
+			}
+		}
+		return strings.Join(ids, ",")
+	}
+	before := pubsubClients()
+	h, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.holdReads.Store(true)
+	wctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
+	_, err = b.Acquire(wctx, "k")
+	cancel()
+	if !errors.Is(err, dlock.ErrNotObtained) {
+		t.Fatalf("waiter given up: %v, want ErrNotObtained", err)
+	}
+	// k is unsubscribed confirmGrace after its SUBSCRIBE, its confirmation still held back.
+	if msg := pollUntil(10*time.Second, func() string {
+		if !d.wrote("unsubscribe") {
+			return "k not unsubscribed"
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		lk, err := b.Acquire(wctx, "k")
+		if err == nil {
+			err = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	if msg := pollUntil(5*time.Second, func() string {
+		d.mu.Lock()
+		n := strings.Count(d.written.String(), "{k}")
+		d.mu.Unlock()
+		if n < 3 {
+			return "k not subscribed again"
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
+	time.Sleep(100 * time.Millisecond)
+	d.holdReads.Store(false)
+	time.Sleep(1500 * time.Millisecond)
+	if after := pubsubClients(); after != before {
+		t.Errorf("pub/sub connections %s before, %s after: the healthy connection was dropped", before, after)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Errorf("second waiter: %v", err)
 	}
 }
 
