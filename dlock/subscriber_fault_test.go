@@ -307,36 +307,45 @@ func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
 // renewed, its next look would come long after its 10 s wait.
 func TestWaiterLooksWhenSubscribedAgain(t *testing.T) {
 	d, rdbA, rdbB := ctlSetup(t)
-	ctx := context.Background()
 	const retry = 30 * time.Second
 	a := newClient(t, rdbA, dlock.WithRetryInterval(retry))
 	b := newClient(t, rdbB, dlock.WithRetryInterval(retry))
 	h, got := holdAndWait(t, a, b, "x")
-	subscribed := func(want int) func() string {
-		return func() string {
-			if n := len(channelsMatching(t, rdbA, "*")); n != want {
-				return fmt.Sprintf("%d channels subscribed, want %d", n, want)
-			}
-			return ""
-		}
-	}
-	if msg := pollUntil(5*time.Second, subscribed(1)); msg != "" {
+	if msg := pollUntil(5*time.Second, channelCount(t, rdbA, 1)); msg != "" {
 		t.Fatal(msg)
 	}
 	time.Sleep(300 * time.Millisecond) // the waiter looked once more after subscribing
 
 	d.holdDials()
 	d.breakSubConns()
-	if msg := pollUntil(5*time.Second, subscribed(0)); msg != "" {
+	if err := handOffWhileDown(t, d, rdbA, h, got); err != nil {
+		t.Fatalf("waiter after the reconnect: %v (retry interval %v): it did not look when subscribed again", err, retry)
+	}
+}
+
+// channelCount is a pollUntil condition: Redis has want channels subscribed.
+func channelCount(t *testing.T, rdb *redis.Client, want int) func() string {
+	return func() string {
+		if n := len(channelsMatching(t, rdb, "*")); n != want {
+			return fmt.Sprintf("%d channels subscribed, want %d", n, want)
+		}
+		return ""
+	}
+}
+
+// handOffWhileDown waits until Redis has no channel subscribed (the waiter's pub/sub
+// connection broken, its re-dials held), releases h, whose hand-off message then reaches
+// nobody, lets the dials through and returns the waiter's error.
+func handOffWhileDown(t *testing.T, d *ctlDialer, rdb *redis.Client, h *dlock.Lock, got <-chan error) error {
+	t.Helper()
+	if msg := pollUntil(5*time.Second, channelCount(t, rdb, 0)); msg != "" {
 		t.Fatal(msg)
 	}
-	if err := h.Release(ctx); err != nil { // handed to b; the message reaches nobody
+	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	d.openDials()
-	if err := <-got; err != nil {
-		t.Fatalf("waiter after the reconnect: %v (retry interval %v): it did not look when subscribed again", err, retry)
-	}
+	return <-got
 }
 
 // A subscription not yet confirmed when its connection broke is confirmed by go-redis's
@@ -345,7 +354,6 @@ func TestWaiterLooksWhenSubscribedAgain(t *testing.T) {
 // lock handed to it while the connection was down.
 func TestWaiterLooksWhenSubscriptionConfirmedLate(t *testing.T) {
 	d, rdbA, rdbB := ctlSetup(t)
-	ctx := context.Background()
 	const retry = 30 * time.Second
 	a, b := pinnedPair(t, rdbA, rdbB, retry)
 	time.Sleep(300 * time.Millisecond) // b waits for pin: its pub/sub connection is up
@@ -364,19 +372,7 @@ func TestWaiterLooksWhenSubscriptionConfirmedLate(t *testing.T) {
 	d.holdDials()
 	d.breakSubConns()
 	d.blackhole.Store(false)
-	if msg := pollUntil(5*time.Second, func() string {
-		if n := len(channelsMatching(t, rdbA, "*")); n != 0 {
-			return fmt.Sprintf("%d channels still subscribed", n)
-		}
-		return ""
-	}); msg != "" {
-		t.Fatal(msg)
-	}
-	if err := h.Release(ctx); err != nil { // handed to b; the message reaches nobody
-		t.Fatal(err)
-	}
-	d.openDials()
-	if err := <-got; err != nil {
+	if err := handOffWhileDown(t, d, rdbA, h, got); err != nil {
 		t.Fatalf("waiter after the reconnect: %v (retry interval %v): it did not look when its subscription was confirmed", err, retry)
 	}
 }
