@@ -1,12 +1,13 @@
 // Package metrics holds the measuring tools of the lockguard benchmark: duration samples with
-// percentiles, a go-redis hook that counts the requests and round trips a client sends, and
-// deltas of the server's INFO commandstats to cross-check them.
+// percentiles, a go-redis hook that counts the requests and round trips a client sends and
+// sums the time spent inside those calls, and deltas of the server's INFO commandstats to
+// cross-check them.
 //
 //	var rt metrics.RoundTrips
 //	rdb.AddHook(&rt)
 //	before := rt.Snapshot()
 //	// ... work ...
-//	d := rt.Snapshot().Sub(before) // d.RoundTrips, d.Requests
+//	d := rt.Snapshot().Sub(before) // d.RoundTrips, d.Requests, d.Inside
 //
 // The counts are exact for what goes through a client's hooks (commands and pipelines), and a
 // call is counted when it returns, so a window counts the calls that completed in it; pub/sub
