@@ -33,11 +33,13 @@ const retryAfter = "1"
 //   - 409 with Retry-After: the lock was lost while the handler ran and the handler had
 //     written nothing (matches dlock.ErrLockLost); nothing is stored;
 //   - 422: replay only, the key's stored response belongs to another fingerprint (ErrMismatch);
-//   - 503 with Retry-After: the lock store is unavailable or the client closed
-//     (dlock.ErrUnavailable, dlock.ErrClosed), unless WithFailOpen;
+//   - 503 with Retry-After: the lock store is unavailable (dlock.ErrUnavailable; with
+//     WithFailOpen the handler runs without a lock instead), or the dlock Client was closed
+//     (dlock.ErrClosed, never fail-open);
 //   - 500: a keyfunc.From function failed (logged; the answer says nothing of its error), a
-//     context value of a type keyfunc cannot read (keyfunc.ErrUnsupportedType), a key dlock
-//     refuses (dlock.ErrInvalidKey) or an unreadable record (ErrBadRecord).
+//     context value of a type keyfunc cannot read (keyfunc.ErrUnsupportedType), a path
+//     parameter the key needs and the matched route does not declare (ErrUndeclaredParam),
+//     a key dlock refuses (dlock.ErrInvalidKey) or an unreadable record (ErrBadRecord).
 //
 // With replay on, the key is scoped by method and route on top of the key function's own
 // scope; add the caller (keyfunc.ContextValue in Func.Scope) so that users never share keys.
@@ -249,7 +251,8 @@ func (m *middleware) reject(c *gin.Context, status int, err error) {
 }
 
 // run calls the rest of the chain under lock, then stores the response or releases the lock,
-// also when the chain panics (the panic goes on to gin's recovery, nothing is stored).
+// also when the chain panics (the panic goes on to gin's recovery; see finish for what is
+// stored then).
 func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lock, replay bool, fp requestPrint) {
 	origWriter := c.Writer
 	var rec *recorder
@@ -276,7 +279,8 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 }
 
 // finish ends the hold: Complete (store and release in one step) for a storable response,
-// Release otherwise. Nothing is stored after a panic, once the lock was lost, when a ginlock
+// Release otherwise. Nothing is stored after a panic before the response started, once the
+// lock was lost, when a ginlock
 // middleware inside this one answered the request itself, or for a request no route matched.
 func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock.Lock, rec *recorder,
 	fp requestPrint, returned bool, before http.Header) {
@@ -299,12 +303,21 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 		_ = lock.Release(ctx)
 		return
 	}
+	// A chain that panicked after its response started has answered: gin's Recovery cannot
+	// change a status that went out, and the client gets what was written. That answer is
+	// stored when it is known whole (see recorder.complete), so that a retry does not run the
+	// handler again after the client was told it succeeded. Before the response started,
+	// Recovery answers 500 and nothing is stored.
+	answered := returned
 	if rec != nil {
 		rec.chainDone()
+		if !returned && rec.ResponseWriter.Written() {
+			rec.panicked, answered = true, true
+		}
 	}
 	// An unmatched route (engine-wide use) is answered by gin after the chain returns, with a
 	// body the recorder never sees: nothing to store.
-	if returned && rec != nil && !c.GetBool(rejectedKey{}) && c.FullPath() != "" && m.cfg.storable(rec.ResponseWriter.Status()) {
+	if answered && rec != nil && !c.GetBool(rejectedKey{}) && c.FullPath() != "" && m.cfg.storable(rec.ResponseWriter.Status()) {
 		if r, ok := rec.record(); ok {
 			r.fingerprint = fp.sum()
 			if err := lock.Complete(ctx, r.marshal(), m.cfg.retention); err != nil {

@@ -1,0 +1,159 @@
+package ginlock_test
+
+import (
+	"context"
+	"html/template"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/ginlock"
+	"github.com/lockguard/lockguard/internal/locktest"
+)
+
+// The case Idempotency-Key exists for: the client times out while the payment runs and
+// retries with the same key. A handler that does not stream and finishes its work answers
+// with a body rendered in several writes (c.HTML, c.SecureJSON of an array, hand-written
+// parts); that answer is stored although the client was gone, and the retry gets it
+// instead of running the payment again.
+func TestSeveralWritesAnswerStoredAfterClientGone(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		respond func(c *gin.Context, n int32)
+		want    string
+	}{
+		{"two WriteString calls", func(c *gin.Context, n int32) {
+			c.Status(http.StatusCreated)
+			_, _ = c.Writer.WriteString(`{"charge":`)
+			_, _ = c.Writer.WriteString(`1}`)
+		}, `{"charge":1}`},
+		{"c.HTML", func(c *gin.Context, n int32) {
+			c.HTML(http.StatusCreated, "receipt", gin.H{"N": n})
+		}, "<p>charge 1</p><p>done</p>"},
+		{"c.SecureJSON of an array", func(c *gin.Context, n int32) {
+			c.SecureJSON(http.StatusCreated, []int32{n})
+		}, "while(1);[1]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t)
+			r := router()
+			r.SetHTMLTemplate(template.Must(template.New("receipt").Parse(`<p>charge {{.N}}</p><p>done</p>`)))
+			var runs atomic.Int32
+			hangUp := make(chan context.CancelFunc, 1)
+			r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+				n := runs.Add(1) // the money moves here
+				select {
+				case cancel := <-hangUp:
+					cancel() // the client times out and hangs up while the payment is made
+				default:
+				}
+				tc.respond(c, n)
+			})
+			key := idemKey(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			hangUp <- cancel
+			first := do(r, req{path: "/payments", user: "alice", key: key, body: `{"amount":100}`, ctx: ctx})
+			if first.Code != http.StatusCreated || first.Body.String() != tc.want {
+				t.Fatalf("first: %d %q, want 201 %q", first.Code, first.Body, tc.want)
+			}
+			retry := do(r, req{path: "/payments", user: "alice", key: key, body: `{"amount":100}`})
+			if runs.Load() != 1 || retry.Code != http.StatusCreated || retry.Body.String() != tc.want ||
+				retry.Header().Get(ginlock.ReplayedHeader) != "true" {
+				t.Fatalf("retry after the client hung up: %d %q replayed=%q after %d handler runs; "+
+					"want the stored 201 %q replayed and the handler run once", retry.Code, retry.Body,
+					retry.Header().Get(ginlock.ReplayedHeader), runs.Load(), tc.want)
+			}
+		})
+	}
+}
+
+// A handler that answered and then panicked (in code after its c.JSON) has told the client
+// its answer: gin's Recovery cannot change a status that went out. The answer is stored, so
+// the retry gets it instead of running the payment again. A panic part-way through a body of
+// several writes leaves a body that may be cut short: not stored, the retry runs the handler.
+func TestAnswerBeforePanicIsStored(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		respond  func(c *gin.Context)
+		first    string // the body the client gets on the first request
+		replayed bool
+	}{
+		{"c.JSON then a panic", func(c *gin.Context) {
+			c.JSON(http.StatusCreated, gin.H{"charge": 1})
+		}, `{"charge":1}`, true},
+		{"201 without a body then a panic", func(c *gin.Context) {
+			c.Header("Location", "/payments/1")
+			c.Status(http.StatusCreated)
+			c.Writer.WriteHeaderNow()
+		}, "", true},
+		{"two writes then a panic", func(c *gin.Context) {
+			c.Status(http.StatusCreated)
+			_, _ = c.Writer.WriteString(`{"charge":`)
+			_, _ = c.Writer.WriteString(`1}`)
+		}, `{"charge":1}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t)
+			r := gin.New()
+			r.Use(gin.RecoveryWithWriter(io.Discard), auth)
+			var runs atomic.Int32
+			r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+				tc.respond(c)
+				if runs.Add(1) == 1 {
+					panic("after the answer")
+				}
+			})
+			q := req{path: "/payments", body: `{}`, user: "alice", key: idemKey(t)}
+			if w := do(r, q); w.Code != http.StatusCreated || w.Body.String() != tc.first {
+				t.Fatalf("first: %d %q, want 201 %q", w.Code, w.Body, tc.first)
+			}
+			if keys := locktest.Held(t, e.rdb); len(keys) != 0 {
+				t.Fatalf("locks still held after a panic: %v", keys)
+			}
+			w := do(r, q)
+			replayed := w.Header().Get(ginlock.ReplayedHeader) == "true"
+			wantRuns := map[bool]int32{true: 1, false: 2}[tc.replayed]
+			if w.Code != http.StatusCreated || w.Body.String() != tc.first || replayed != tc.replayed || runs.Load() != wantRuns {
+				t.Fatalf("retry: %d %q replayed=%v after %d runs; want 201 %q replayed=%v after %d",
+					w.Code, w.Body, replayed, runs.Load(), tc.first, tc.replayed, wantRuns)
+			}
+		})
+	}
+}
+
+// A handler that flushed (it streams) and then stopped because its client went away, with
+// every write accepted, may have stopped anywhere: what it wrote is not stored even though
+// it came in several writes without a failure.
+func TestFlushedWritesNotStoredAfterClientGone(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	hangUp := make(chan context.CancelFunc, 1)
+	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		runs.Add(1)
+		_, _ = c.Writer.WriteString("part1\n")
+		c.Writer.Flush()
+		select {
+		case cancel := <-hangUp:
+			cancel()
+			return // client gone: stop streaming
+		default:
+		}
+		_, _ = c.Writer.WriteString("part2\n")
+	})
+	key := idemKey(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hangUp <- cancel
+	do(r, req{path: "/export", user: "u", key: key, ctx: ctx})
+	w := do(r, req{path: "/export", user: "u", key: key})
+	if w.Header().Get(ginlock.ReplayedHeader) != "" || runs.Load() != 2 || !strings.HasSuffix(w.Body.String(), "part2\n") {
+		t.Fatalf("retry: %q replayed=%q after %d runs; want the handler to run again", w.Body,
+			w.Header().Get(ginlock.ReplayedHeader), runs.Load())
+	}
+}
