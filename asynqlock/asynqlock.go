@@ -203,11 +203,18 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 
 	if herr == nil && m.cfg.done {
 		id, _ := asynq.GetTaskID(ctx)
-		if err := lk.Complete(rctx, []byte(id), m.cfg.retention); err != nil {
-			// The handler succeeded while the lock was held (checked above), so the work is
-			// done; failing the task now would make asynq run it again for certain, which is
-			// exactly what the marker is there to prevent. This includes a loss of the lease
-			// in the moment between the handler's return and Complete.
+		err := lk.Complete(rctx, []byte(id), m.cfg.retention)
+		if errors.Is(err, dlock.ErrLockLost) {
+			// Lost before the watchdog noticed (someone else holds the key in Redis, or
+			// nobody does): the handler may not have run alone, as on the Release path
+			// below. A loss seen on our clock only, with Redis still holding the lock as
+			// ours, stored the marker with the release: the retry then finds it.
+			return m.lost(ctx, task, keyHash, err, herr, span)
+		}
+		if err != nil {
+			// The handler succeeded while the lock was held, so the work is done; failing
+			// the task now because Redis did not answer would make asynq run it again for
+			// certain, which is exactly what the marker is there to prevent.
 			m.log.ErrorContext(ctx, "asynqlock: done marker not recorded; a duplicate of this task may run again",
 				"task_type", task.Type(), "key_hash", keyHash, "error", err)
 			span.end(OutcomeObtained, fmt.Errorf("asynqlock: done marker not recorded: %w", err))

@@ -206,3 +206,42 @@ func TestLostLockWithDoneMarkerFails(t *testing.T) {
 		t.Fatalf("err = %v; want a failure wrapping dlock.ErrLockLost", err)
 	}
 }
+
+// With a done marker, a lock lost while the handler ran fails the task also when the
+// watchdog has not noticed yet when the handler returns (it renews every third of the
+// lease): the lock is someone else's in Redis, so Complete reports the loss, the marker is
+// not stored, and asynq retries, as without a marker.
+func TestLostLockUnnoticedWithDoneMarkerFails(t *testing.T) {
+	e := newEnv(t) // default lease: no renewal while the handler runs
+	other := dlock.New(e.srv.Client(t))
+	t.Cleanup(func() { _ = other.Close() })
+	var taken *dlock.Lock
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		mine, ok := dlock.FromContext(ctx)
+		if !ok {
+			t.Error("no lock in the handler's context")
+			return nil
+		}
+		for _, k := range locktest.Held(t, e.rdb) {
+			e.rdb.Del(ctx, k) // the lease ran out in Redis during a pause
+		}
+		var err error
+		if taken, err = other.TryAcquire(context.Background(), mine.Key()); err != nil {
+			t.Errorf("a duplicate could not take the lost lock: %v", err)
+		}
+		if mine.Err() != nil {
+			t.Error("the loss was noticed before the handler returned; the test needs it unnoticed")
+		}
+		return nil // the work, done while not alone
+	}), e.lock, taskAccountKey, asynqlock.WithDoneMarker(time.Minute))
+	err := h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{"account_id":"1"}`)))
+	if taken != nil {
+		_ = taken.Release(context.Background())
+	}
+	if !errors.Is(err, dlock.ErrLockLost) || !asynqlock.IsFailure(err) {
+		t.Fatalf("err = %v; want a failure wrapping dlock.ErrLockLost", err)
+	}
+	if keys := e.rdb.Keys(context.Background(), "*:done").Val(); len(keys) != 0 {
+		t.Fatalf("done marker stored for work that did not run alone: %v", keys)
+	}
+}
