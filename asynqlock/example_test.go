@@ -16,7 +16,9 @@ import (
 
 // The server configuration lines asynqlock needs, and the middleware around one handler:
 // every account:deduct task locks account:{account_id}, the same key an HTTP route derives
-// with keyfunc.Join(keyfunc.Const("account"), keyfunc.Param("account_id")). Wrap puts it on
+// with keyfunc.Join(keyfunc.Const("account"), keyfunc.Param("account_id")) as long as both
+// write the id alike (add .Integer() to both parts when "042" and 42 must be one account).
+// Wrap puts it on
 // the task types whose payload has the field; New, for mux.Use, would put it on every type,
 // and a task without account_id would be archived as invalid.
 func Example() {

@@ -56,7 +56,8 @@ func ExampleNew_account() {
 }
 
 // Double-submit protection without a client key: the same user posting the same body twice
-// within ten minutes gets the first response replayed.
+// within ten minutes gets the first response replayed. The user comes from the auth
+// middleware's c.Set("user", id); a request without one is refused with 400.
 func ExampleWithReplay() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer rdb.Close()
@@ -66,6 +67,7 @@ func ExampleWithReplay() {
 	submitKey := keyfunc.Join(keyfunc.BodyHash()).Scope(keyfunc.ContextValue("user").Named("user"))
 
 	r := gin.New()
+	r.Use(gin.Recovery(), func(c *gin.Context) { c.Set("user", c.GetHeader("X-User")); c.Next() })
 	r.POST("/transfers", ginlock.New(locks, submitKey, ginlock.WithReplay(10*time.Minute)), func(c *gin.Context) {
 		c.JSON(http.StatusCreated, gin.H{"transfer": "t-1"})
 	})
