@@ -4,7 +4,14 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
+	"io"
+	"maps"
+	"mime"
+	"mime/multipart"
 	"net/url"
+	"slices"
+	"strings"
 )
 
 // eval is the state of one Key call: the body is read, parsed as JSON and parsed as a form
@@ -79,7 +86,54 @@ func (e *eval) parsedForm() (url.Values, error) {
 	return e.formVals, nil
 }
 
-// bodyHash hashes the canonical JSON of the body when it parses, the raw bytes otherwise.
+// canonicalMultipart is a multipart/form-data body (as its Content-Type header names it,
+// with a boundary) without what a client picks anew for each encoding: the boundary, and the
+// preamble and epilogue around the parts. Each part is its Content-Disposition (type and
+// parameters, sorted), its Content-Type and its content as a handler reads it (decoded from
+// quoted-printable), length-prefixed, in order. false when the body is not such a body or
+// does not parse: it is then hashed raw.
+func (e *eval) canonicalMultipart(body []byte) ([]byte, bool) {
+	ct, ok := e.src.Value(KindHeader, "Content-Type")
+	if !ok {
+		return nil, false
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
+		return nil, false
+	}
+	r := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	var out []byte
+	field := func(b []byte) { out = append(binary.AppendUvarint(out, uint64(len(b))), b...) }
+	for {
+		part, err := r.NextPart()
+		if err == io.EOF {
+			return out, out != nil
+		}
+		if err != nil {
+			return nil, false
+		}
+		disp, dparams, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+		if err != nil {
+			return nil, false
+		}
+		field([]byte(strings.ToLower(disp)))
+		names := slices.Sorted(maps.Keys(dparams))
+		out = binary.AppendUvarint(out, uint64(len(names)))
+		for _, n := range names {
+			field([]byte(n))
+			field([]byte(dparams[n]))
+		}
+		field([]byte(part.Header.Get("Content-Type")))
+		content, err := io.ReadAll(part)
+		if err != nil {
+			return nil, false
+		}
+		field(content)
+	}
+}
+
+// bodyHash hashes the canonical JSON of the body when it parses, the canonical parts of a
+// multipart/form-data body, and the raw bytes otherwise.
 func (e *eval) bodyHash() (string, bool, error) {
 	body, err := e.readBody()
 	if err != nil {
@@ -90,6 +144,8 @@ func (e *eval) bodyHash() (string, bool, error) {
 		if canon, err := appendCanonical(nil, v); err == nil {
 			domain, data = domainJSON, canon
 		}
+	} else if canon, ok := e.canonicalMultipart(body); ok {
+		domain, data = domainParts, canon
 	}
 	h := sha256.New()
 	h.Write([]byte(domain))

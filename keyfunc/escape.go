@@ -24,6 +24,7 @@ const (
 	domainKey   = "keyfunc/key\x00"
 	domainJSON  = "keyfunc/body-json\x00"
 	domainRaw   = "keyfunc/body-raw\x00"
+	domainParts = "keyfunc/body-multipart\x00"
 )
 
 // safeByte reports whether b is copied into a key as is. Every other byte is written %XX.

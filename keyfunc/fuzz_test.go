@@ -15,6 +15,7 @@ func FuzzKey(f *testing.F) {
 	f.Add("{x}", "%3A", "\"a\\\"b\"", []byte("a=1&b=%zz"), 2)
 	f.Add(strings.Repeat("é", 50), strings.Repeat(":", 300), strings.Repeat("k", 256), []byte(strings.Repeat("[", 70)), 3)
 	f.Add("~", "#", "\x00", []byte(`{"order":{"id":"`+strings.Repeat("z", 5000)+`"}}`), 4)
+	f.Add("xyz", "", "", []byte("--xyz\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--xyz--\r\n"), 5)
 
 	limits := []int{MinKeyLen, 64, DefaultMaxKeyLen, 1000}
 	funcs := []*Func{
@@ -33,6 +34,9 @@ func FuzzKey(f *testing.F) {
 			Header:  map[string]string{"Idempotency-Key": header, "X-Tenant": param + header},
 			Meta:    map[string]string{MetaRoute: header},
 			Payload: body,
+		}
+		if len(body) > 0 && body[0] == '-' { // a multipart body, its boundary the param
+			src.Header["Content-Type"] = "multipart/form-data; boundary=" + param
 		}
 		sel = int(uint(sel) % uint(len(funcs)*len(limits)))
 		fn := funcs[sel%len(funcs)].With(WithMaxKeyLen(limits[sel/len(funcs)]))

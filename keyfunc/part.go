@@ -349,8 +349,10 @@ func Const(s string) Part {
 }
 
 // BodyHash is a SHA-256 of the canonical body: JSON re-encoded with sorted keys and
-// canonical numbers when the body is valid JSON (within MaxJSONDepth), the raw bytes
-// otherwise; 43 base64url characters. Use it to catch the same payload submitted twice
+// canonical numbers when the body is valid JSON (within MaxJSONDepth); a multipart/form-data
+// body (as the Content-Type header names it) by its parts, in order, without the boundary a
+// client picks anew each time it encodes the form; the raw bytes otherwise; 43 base64url
+// characters. Use it to catch the same payload submitted twice
 // without a client key. Errors only when the body cannot be read.
 func BodyHash() Part {
 	return newPart("body", -1, func(e *eval) (string, bool, error) {

@@ -1,0 +1,99 @@
+package keyfunc
+
+import (
+	"bytes"
+	"mime/multipart"
+	"net/textproto"
+	"testing"
+)
+
+// formPart is one part of a multipart/form-data body.
+type formPart struct{ name, filename, contentType, content string }
+
+// multipartBody encodes parts with the given boundary (a random one when empty, as
+// multipart.Writer, browsers and curl -F pick one for each encoding).
+func multipartBody(t *testing.T, boundary string, parts ...formPart) (contentType string, body []byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	if boundary != "" {
+		if err := w.SetBoundary(boundary); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range parts {
+		h := textproto.MIMEHeader{}
+		disp := `form-data; name="` + p.name + `"`
+		if p.filename != "" {
+			disp += `; filename="` + p.filename + `"`
+		}
+		h.Set("Content-Disposition", disp)
+		if p.contentType != "" {
+			h.Set("Content-Type", p.contentType)
+		}
+		pw, err := w.CreatePart(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = pw.Write([]byte(p.content))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return w.FormDataContentType(), buf.Bytes()
+}
+
+func bodyKey(t *testing.T, contentType string, body []byte) string {
+	t.Helper()
+	k, err := Join(BodyHash()).Key(&MapSource{Header: map[string]string{"Content-Type": contentType}, Payload: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// A multipart/form-data body is hashed by its parts, not its bytes: the same form encoded
+// again with another boundary (a client's retry) has the same hash, and any change to a
+// part's name, file name, content type, content or place gives another.
+func TestBodyHashMultipart(t *testing.T) {
+	receipt := formPart{"receipt", "r.pdf", "application/pdf", "%PDF-1.7 ..."}
+	amount := formPart{name: "amount", content: "100"}
+	ct1, b1 := multipartBody(t, "", amount, receipt)
+	ct2, b2 := multipartBody(t, "", amount, receipt)
+	if bytes.Equal(b1, b2) {
+		t.Fatal("two encodings with the same bytes; the test needs different boundaries")
+	}
+	base := bodyKey(t, ct1, b1)
+	if got := bodyKey(t, ct2, b2); got != base {
+		t.Errorf("same form, another boundary: %s, want %s", got, base)
+	}
+	for name, parts := range map[string][]formPart{
+		"another value":        {{name: "amount", content: "101"}, receipt},
+		"another field name":   {{name: "amount2", content: "100"}, receipt},
+		"another file name":    {amount, {"receipt", "s.pdf", "application/pdf", "%PDF-1.7 ..."}},
+		"another content type": {amount, {"receipt", "r.pdf", "application/octet-stream", "%PDF-1.7 ..."}},
+		"another file content": {amount, {"receipt", "r.pdf", "application/pdf", "%PDF-1.7 .."}},
+		"parts swapped":        {receipt, amount},
+		"a part less":          {amount},
+		"value split in two":   {{name: "amount", content: "10"}, {name: "amount", content: "0"}, receipt},
+	} {
+		ct, b := multipartBody(t, "", parts...)
+		if bodyKey(t, ct, b) == base {
+			t.Errorf("%s: same hash as the original form", name)
+		}
+	}
+
+	// Not named multipart/form-data with a boundary, or not parsing as one: hashed raw, no error.
+	ctA, bA := multipartBody(t, "boundaryA", amount)
+	raw := bodyKey(t, "application/octet-stream", bA)
+	if bodyKey(t, ctA, bA) == raw {
+		t.Error("a multipart body hashes like the same bytes sent as octet-stream")
+	}
+	if got := bodyKey(t, "multipart/form-data; boundary=other", bA); got != raw {
+		t.Errorf("a body whose boundary is not the declared one: %s, want the raw hash %s", got, raw)
+	}
+	cut := bA[:len(bA)-10]
+	if got, want := bodyKey(t, ctA, cut), bodyKey(t, "application/octet-stream", cut); got != want {
+		t.Errorf("a cut multipart body: %s, want the raw hash %s", got, want)
+	}
+}
