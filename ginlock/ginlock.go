@@ -318,7 +318,8 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	// An unmatched route (engine-wide use) is answered by gin after the chain returns, with a
 	// body the recorder never sees: nothing to store.
 	if answered && rec != nil && !c.GetBool(rejectedKey{}) && c.FullPath() != "" && m.cfg.storable(rec.ResponseWriter.Status()) {
-		if r, ok := rec.record(); ok {
+		r, why := rec.record()
+		if r != nil {
 			r.fingerprint = fp.sum()
 			if err := lock.Complete(ctx, r.marshal(), m.cfg.retention); err != nil {
 				m.cfg.log.WarnContext(origCtx, "ginlock: storing the response failed", "key_hash", dlock.KeyHash(lock.Key()),
@@ -326,6 +327,10 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 			}
 			return
 		}
+		// The handler ran and answered with a status that is stored, but this answer cannot
+		// be: a retry with the same key runs the handler again.
+		m.cfg.log.WarnContext(origCtx, "ginlock: response not stored; a retry runs the handler again",
+			"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath(), "status", rec.ResponseWriter.Status(), "reason", why)
 	}
 	if err := lock.Release(ctx); err != nil {
 		m.cfg.log.WarnContext(origCtx, "ginlock: release failed", "key_hash", dlock.KeyHash(lock.Key()),

@@ -2,6 +2,7 @@ package ginlock_test
 
 import (
 	"bytes"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -210,12 +211,16 @@ func TestReplayStatusesAndHeaders(t *testing.T) {
 	}
 }
 
+// A response over WithMaxReplayBody is sent in full but not stored, and the logger says so:
+// its retry runs the handler again.
 func TestLargeResponseIsNotStored(t *testing.T) {
 	e := setup(t)
 	r := router()
 	var runs atomic.Int32
+	var logs bytes.Buffer
 	big := bytes.Repeat([]byte("x"), 100)
-	r.POST("/export", ginlock.New(e.locks, payKey, ginlock.WithMaxReplayBody(64)), func(c *gin.Context) {
+	r.POST("/export", ginlock.New(e.locks, payKey, ginlock.WithMaxReplayBody(64),
+		ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))), func(c *gin.Context) {
 		runs.Add(1)
 		c.Data(http.StatusOK, "text/plain", big)
 	})
@@ -227,6 +232,10 @@ func TestLargeResponseIsNotStored(t *testing.T) {
 	}
 	if runs.Load() != 2 {
 		t.Fatalf("handler ran %d times, want 2: a response over the cap is not stored", runs.Load())
+	}
+	if n := strings.Count(logs.String(), `msg="ginlock: response not stored; a retry runs the handler again"`); n != 2 ||
+		!strings.Contains(logs.String(), `reason="the body is over WithMaxReplayBody"`) {
+		t.Fatalf("want two warnings naming the cap, got:\n%s", logs.String())
 	}
 }
 

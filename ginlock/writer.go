@@ -190,14 +190,19 @@ func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// record returns the response the handler wrote, or false when it cannot be stored.
-func (w *recorder) record() (*record, bool) {
-	if w.overflow || w.hijacked || !w.complete() {
-		return nil, false
+// record returns the response the handler wrote, or, when it cannot be stored, why not.
+func (w *recorder) record() (*record, string) {
+	switch {
+	case w.overflow:
+		return nil, "the body is over WithMaxReplayBody"
+	case w.hijacked:
+		return nil, "the connection was hijacked"
+	case !w.complete():
+		return nil, "the body may be cut short"
 	}
 	h := w.header
 	if h == nil { // nothing written yet: gin sends the headers as they are now
 		h = w.keptHeaders()
 	}
-	return &record{status: w.ResponseWriter.Status(), header: h, body: w.body}, true
+	return &record{status: w.ResponseWriter.Status(), header: h, body: w.body}, ""
 }
