@@ -38,13 +38,16 @@
 //   - The handler runs only while the lock is held; with replay, it runs at most once per
 //     key and retention, except after a response that is not stored (5xx and the transient
 //     408, 409, 425 and 429 by default, a body over WithMaxReplayBody, a panic before the
-//     response started, a lost lock), whose retry runs it again. What is stored is what the
-//     handler wrote, even if the client went away before receiving it (a handler that never
-//     flushed has its answer stored then, also one of several writes), as long as the
-//     middleware can tell it is all of it; after a failed write, a panic, or a flush with
-//     the client gone, that is one write, as long as its Content-Length, or no body with a
-//     status of its own such as a 201 with a Location. A stream cut short, or a body whose
-//     render failed part-way (gin records the error and aborts), is not stored. A response that a
+//     response started or one after a body without Content-Length, a lost lock), whose
+//     retry runs it again. What is stored is what the
+//     handler wrote, even if the client went away before receiving it, as long as the
+//     middleware can tell it is all of it: a client gone before the body started leaves a
+//     handler that never flushed with its answer stored, also one of several writes; after a
+//     failed write, with the client gone after the body started, or after a flush with the
+//     client gone, only one write, a body as long as its Content-Length, or no body with a
+//     status of its own (a 201 with a Location) is; after a panic, only the last two. A
+//     stream cut short, or a body whose render failed part-way (gin records the error and
+//     aborts), is not stored. A response that a
 //     ginlock middleware nested inside another one made itself (its 409 for a busy account
 //     lock, say) is never stored by the outer one.
 //   - The handler's context (c.Request.Context()) carries the lock: a nested dlock Acquire

@@ -303,11 +303,13 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 		_ = lock.Release(ctx)
 		return
 	}
-	// A chain that panicked after its response started has answered: gin's Recovery cannot
-	// change a status that went out, and the client gets what was written. That answer is
-	// stored when it is known whole (see recorder.complete), so that a retry does not run the
-	// handler again after the client was told it succeeded. Before the response started,
-	// Recovery answers 500 and nothing is stored.
+	// A chain that panicked after its response started may have done its work: with gin's
+	// Recovery before this middleware the client gets what was written (Recovery cannot
+	// change a status that went out); without it, net/http drops the connection. The answer
+	// is stored when it is known whole whatever the panic (as long as its Content-Length, or
+	// no body and a status of its own: see recorder.complete), so that a retry does not run
+	// the handler again. Before the response started, Recovery answers 500 and nothing is
+	// stored.
 	answered := returned
 	if rec != nil {
 		rec.chainDone()

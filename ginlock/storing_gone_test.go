@@ -2,9 +2,11 @@ package ginlock_test
 
 import (
 	"context"
+	"fmt"
 	"html/template"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,30 +74,36 @@ func TestSeveralWritesAnswerStoredAfterClientGone(t *testing.T) {
 	}
 }
 
-// A handler that answered and then panicked (in code after its c.JSON) has told the client
-// its answer: gin's Recovery cannot change a status that went out. The answer is stored, so
-// the retry gets it instead of running the payment again. A panic part-way through a body of
-// several writes leaves a body that may be cut short: not stored, the retry runs the handler.
+// A handler that answered and then panicked may have done its work: an answer known to be
+// whole (as long as its Content-Length, or no body and a status of its own) is stored, so
+// the retry gets it instead of running the payment again. A body without a Content-Length
+// is not, whatever the number of writes: a panic can come part-way through it (a csv.Writer
+// sends 4 KiB per write); the retry runs the handler.
 func TestAnswerBeforePanicIsStored(t *testing.T) {
+	receipt := []byte(`{"charge":1}`)
 	for _, tc := range []struct {
 		name     string
 		respond  func(c *gin.Context)
 		first    string // the body the client gets on the first request
 		replayed bool
 	}{
-		{"c.JSON then a panic", func(c *gin.Context) {
-			c.JSON(http.StatusCreated, gin.H{"charge": 1})
-		}, `{"charge":1}`, true},
+		{"body with its Content-Length then a panic", func(c *gin.Context) {
+			c.Header("Content-Length", strconv.Itoa(len(receipt)))
+			c.Data(http.StatusCreated, "application/json", receipt)
+		}, string(receipt), true},
 		{"201 without a body then a panic", func(c *gin.Context) {
 			c.Header("Location", "/payments/1")
 			c.Status(http.StatusCreated)
 			c.Writer.WriteHeaderNow()
 		}, "", true},
+		{"c.JSON then a panic", func(c *gin.Context) {
+			c.JSON(http.StatusCreated, gin.H{"charge": 1})
+		}, string(receipt), false},
 		{"two writes then a panic", func(c *gin.Context) {
 			c.Status(http.StatusCreated)
 			_, _ = c.Writer.WriteString(`{"charge":`)
 			_, _ = c.Writer.WriteString(`1}`)
-		}, `{"charge":1}`, false},
+		}, string(receipt), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := setup(t)
@@ -123,6 +131,45 @@ func TestAnswerBeforePanicIsStored(t *testing.T) {
 					w.Code, w.Body, replayed, runs.Load(), tc.first, tc.replayed, wantRuns)
 			}
 		})
+	}
+}
+
+// A handler that stops part-way because its client went away after the body started, with
+// every write accepted (rows read with the request's context), has not written all of its
+// answer: what it wrote is not stored, and the retry runs it again.
+func TestRowsStoppedByClientGoneNotStored(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	hangUp := make(chan context.CancelFunc, 1)
+	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		runs.Add(1)
+		ctx := c.Request.Context()
+		for i := range 3 {
+			if ctx.Err() != nil {
+				return // the rows' query failed with the request's context
+			}
+			_, _ = fmt.Fprintf(c.Writer, "row %d\n", i)
+			if i == 1 {
+				select {
+				case cancel := <-hangUp:
+					cancel() // the client hangs up after two rows
+				default:
+				}
+			}
+		}
+	})
+	key := idemKey(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hangUp <- cancel
+	if w := do(r, req{path: "/export", user: "u", key: key, ctx: ctx}); w.Body.String() != "row 0\nrow 1\n" {
+		t.Fatalf("first: %q, want the two rows written before the client left", w.Body)
+	}
+	w := do(r, req{path: "/export", user: "u", key: key})
+	if w.Header().Get(ginlock.ReplayedHeader) != "" || runs.Load() != 2 || w.Body.String() != "row 0\nrow 1\nrow 2\n" {
+		t.Fatalf("retry: %q replayed=%q after %d runs; want the handler to run again", w.Body,
+			w.Header().Get(ginlock.ReplayedHeader), runs.Load())
 	}
 }
 

@@ -31,6 +31,7 @@ type recorder struct {
 	renderFailed  bool // after the body started, the chain recorded an error and aborted
 	errorsAtBody  int  // errors the chain had recorded when the body started
 	gone          bool // the request's context ended before the handler returned
+	goneAtBody    bool // it had ended already when the body started
 	panicked      bool // the chain panicked after the response started
 	flushed       bool // the handler flushed: it streams
 	overflow      bool
@@ -105,6 +106,7 @@ func (w *recorder) wrote(p []byte, err error) {
 	if len(p) > 0 {
 		if w.writes == 0 {
 			w.errorsAtBody = len(w.c.Errors)
+			w.goneAtBody = w.c.Request.Context().Err() != nil
 		}
 		w.writes++
 	}
@@ -136,22 +138,32 @@ func (w *recorder) chainDone() {
 // complete reports whether the kept body is all the handler meant to send. A body that
 // differs from the Content-Length the handler announced is not (a reader that failed
 // part-way, a length set by hand). Nor is one whose render failed after it started
-// (renderFailed). Otherwise, without a failed write and without a panic, it is; also when
-// the client went away before the handler returned, as long as the handler wrote a body and
-// never flushed: a handler that finished its work and rendered its answer in several writes
-// (c.HTML, c.SecureJSON, c.JSONP) after its client timed out has run, and the retry must get
-// that answer, not run it again.
+// (renderFailed).
 //
-// After a failed write or a panic, and with the client gone for a handler that flushed (a
-// stream stops on ctx.Done without a failed write), the handler may have stopped part-way
-// (a stream, c.DataFromReader, c.File): the body is complete when it has its
-// Content-Length, or, without one, when the handler wrote it in a single call (c.JSON,
-// c.String, c.Data), which was kept whole, unless it also flushed: a stream's first chunk is
-// one write too. An answer without a body and with a status of its own (201 with a
-// Location, a 303 after a POST, a 204) is complete: nothing was cut short. An empty 200 is
-// not taken for one then: it is also what a stream that stopped before its first chunk
-// leaves; nor is an empty answer of a chain that recorded an error (a c.DataFromReader
-// whose reader failed before its first byte sets its status and records the failure).
+// After a panic, only a body as long as its Content-Length, or an answer without a body and
+// with a status of its own, is: a panic can come part-way through a body of any number of
+// writes (a csv.Writer sends 4 KiB per write; http.ErrAbortHandler aborts a response on
+// purpose).
+//
+// Otherwise, without a failed write and with the client still there when the handler
+// returned, it is. A client that went away counts only when it went away after the body
+// started: the handler may have stopped part-way on ctx.Done, with every write accepted (a
+// loop over rows read with the request's context). A client gone before the body started
+// leaves a handler that, having done its work, renders its answer knowing that (the client
+// timed out while the payment ran): a body of several writes it did not flush (c.HTML,
+// c.SecureJSON of an array) is complete then, and the retry gets it instead of running the
+// payment again.
+//
+// After a failed write, or with the client gone after the body started, or flushed with the
+// client gone (a stream), the handler may have stopped writing (a stream, c.DataFromReader,
+// c.File): the body is complete when it has its Content-Length, or, without one, when the
+// handler wrote it in a single call (c.JSON, c.String, c.Data), which was kept whole, unless
+// it also flushed: a stream's first chunk is one write too. An answer without a body and
+// with a status of its own (201 with a Location, a 303 after a POST, a 204) is complete:
+// nothing was cut short. An empty 200 is not taken for one then: it is also what a stream
+// that stopped before its first chunk leaves; nor is an empty answer of a chain that
+// recorded an error (a c.DataFromReader whose reader failed before its first byte sets its
+// status and records the failure).
 func (w *recorder) complete() bool {
 	if w.renderFailed {
 		return false
@@ -160,12 +172,14 @@ func (w *recorder) complete() bool {
 		n, err := strconv.Atoi(cl)
 		return err == nil && n == len(w.body)
 	}
-	cut := w.writeFailed || w.panicked // the handler may have stopped part-way
-	if !cut && (!w.gone || w.writes > 0 && !w.flushed) {
+	bodiless := w.writes == 0 && !w.flushed && w.ResponseWriter.Status() != http.StatusOK && !w.chainErrors
+	switch {
+	case w.panicked:
+		return bodiless
+	case !w.writeFailed && (!w.gone || w.goneAtBody && !w.flushed):
 		return true
-	}
-	if w.writes == 0 && !w.flushed {
-		return w.ResponseWriter.Status() != http.StatusOK && !w.chainErrors
+	case w.writes == 0 && !w.flushed:
+		return bodiless
 	}
 	return w.writes == 1 && !w.flushed
 }
