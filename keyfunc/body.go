@@ -89,8 +89,9 @@ func (e *eval) parsedForm() (url.Values, error) {
 // canonicalMultipart is a multipart/form-data body (as its Content-Type header names it,
 // with a boundary) without what a client picks anew for each encoding: the boundary, and the
 // preamble and epilogue around the parts. Each part is its Content-Disposition (type and
-// parameters, sorted), its Content-Type and its content as a handler reads it (decoded from
-// quoted-printable), length-prefixed, in order. false when the body is not such a body or
+// parameters, sorted), its other headers (names sorted, values in order) and its content,
+// as a handler reads them (multipart.Reader decodes quoted-printable and drops that
+// Content-Transfer-Encoding), length-prefixed, in order. false when the body is not such a body or
 // does not parse: it is then hashed raw.
 func (e *eval) canonicalMultipart(body []byte) ([]byte, bool) {
 	ct, ok := e.src.Value(KindHeader, "Content-Type")
@@ -123,7 +124,18 @@ func (e *eval) canonicalMultipart(body []byte) ([]byte, bool) {
 			field([]byte(n))
 			field([]byte(dparams[n]))
 		}
-		field([]byte(part.Header.Get("Content-Type")))
+		// Every other header of the part, as a handler sees it (multipart.FileHeader.Header):
+		// names sorted, values in order.
+		others := slices.Sorted(maps.Keys(part.Header))
+		others = slices.DeleteFunc(others, func(n string) bool { return n == "Content-Disposition" })
+		out = binary.AppendUvarint(out, uint64(len(others)))
+		for _, n := range others {
+			field([]byte(n))
+			out = binary.AppendUvarint(out, uint64(len(part.Header[n])))
+			for _, v := range part.Header[n] {
+				field([]byte(v))
+			}
+		}
 		content, err := io.ReadAll(part)
 		if err != nil {
 			return nil, false

@@ -8,7 +8,10 @@ import (
 )
 
 // formPart is one part of a multipart/form-data body.
-type formPart struct{ name, filename, contentType, content string }
+type formPart struct {
+	name, filename, contentType, content string
+	header                               map[string]string // other part headers
+}
 
 // multipartBody encodes parts with the given boundary (a random one when empty, as
 // multipart.Writer, browsers and curl -F pick one for each encoding).
@@ -30,6 +33,9 @@ func multipartBody(t *testing.T, boundary string, parts ...formPart) (contentTyp
 		h.Set("Content-Disposition", disp)
 		if p.contentType != "" {
 			h.Set("Content-Type", p.contentType)
+		}
+		for k, v := range p.header {
+			h.Set(k, v)
 		}
 		pw, err := w.CreatePart(h)
 		if err != nil {
@@ -56,7 +62,7 @@ func bodyKey(t *testing.T, contentType string, body []byte) string {
 // again with another boundary (a client's retry) has the same hash, and any change to a
 // part's name, file name, content type, content or place gives another.
 func TestBodyHashMultipart(t *testing.T) {
-	receipt := formPart{"receipt", "r.pdf", "application/pdf", "%PDF-1.7 ..."}
+	receipt := formPart{name: "receipt", filename: "r.pdf", contentType: "application/pdf", content: "%PDF-1.7 ..."}
 	amount := formPart{name: "amount", content: "100"}
 	ct1, b1 := multipartBody(t, "", amount, receipt)
 	ct2, b2 := multipartBody(t, "", amount, receipt)
@@ -70,17 +76,28 @@ func TestBodyHashMultipart(t *testing.T) {
 	for name, parts := range map[string][]formPart{
 		"another value":        {{name: "amount", content: "101"}, receipt},
 		"another field name":   {{name: "amount2", content: "100"}, receipt},
-		"another file name":    {amount, {"receipt", "s.pdf", "application/pdf", "%PDF-1.7 ..."}},
-		"another content type": {amount, {"receipt", "r.pdf", "application/octet-stream", "%PDF-1.7 ..."}},
-		"another file content": {amount, {"receipt", "r.pdf", "application/pdf", "%PDF-1.7 .."}},
-		"parts swapped":        {receipt, amount},
-		"a part less":          {amount},
-		"value split in two":   {{name: "amount", content: "10"}, {name: "amount", content: "0"}, receipt},
+		"another file name":    {amount, {name: "receipt", filename: "s.pdf", contentType: "application/pdf", content: "%PDF-1.7 ..."}},
+		"another content type": {amount, {name: "receipt", filename: "r.pdf", contentType: "application/octet-stream", content: "%PDF-1.7 ..."}},
+		"another file content": {amount, {name: "receipt", filename: "r.pdf", contentType: "application/pdf", content: "%PDF-1.7 .."}},
+		"another part header": {amount, {name: "receipt", filename: "r.pdf", contentType: "application/pdf", content: "%PDF-1.7 ...",
+			header: map[string]string{"Content-Transfer-Encoding": "base64"}}},
+		"parts swapped":      {receipt, amount},
+		"a part less":        {amount},
+		"value split in two": {{name: "amount", content: "10"}, {name: "amount", content: "0"}, receipt},
 	} {
 		ct, b := multipartBody(t, "", parts...)
 		if bodyKey(t, ct, b) == base {
 			t.Errorf("%s: same hash as the original form", name)
 		}
+	}
+
+	// Quoted-printable content is what a handler reads decoded: the same as sent plain.
+	qp := formPart{name: "note", content: "caf=C3=A9", header: map[string]string{"Content-Transfer-Encoding": "quoted-printable"}}
+	plain := formPart{name: "note", content: "café"}
+	ctQ, bQ := multipartBody(t, "", qp)
+	ctP, bP := multipartBody(t, "", plain)
+	if bodyKey(t, ctQ, bQ) != bodyKey(t, ctP, bP) {
+		t.Error("a quoted-printable part and the same text sent plain hash differently")
 	}
 
 	// Not named multipart/form-data with a boundary, or not parsing as one: hashed raw, no error.
