@@ -67,7 +67,7 @@ func TestGinRoutes(t *testing.T) {
 	}
 	var out strings.Builder
 	rep.writeGin(func(format string, args ...any) { fmt.Fprintf(&out, format, args...) })
-	for _, want := range []string{"| bare, reads its body | 1 |", "reads the request body to its end first (no Redis) costs"} {
+	for _, want := range []string{"| bare, reads its body | 1 |", "reads the request body to its end first (no Redis) differs from the bare one by "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
@@ -91,5 +91,14 @@ func TestReadBody(t *testing.T) {
 	r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/body", strings.NewReader(`{"amount":1}`)))
 	if w.Code != http.StatusOK || left != 0 {
 		t.Errorf("status %d, %d bytes left for the handler", w.Code, left)
+	}
+}
+
+func TestSignedDur(t *testing.T) {
+	if got := signedDur(12 * time.Microsecond); got != "+12 µs" {
+		t.Errorf("signedDur(12µs) = %q", got)
+	}
+	if got := signedDur(-3 * time.Microsecond); got != "-3 µs" {
+		t.Errorf("signedDur(-3µs) = %q", got)
 	}
 }
