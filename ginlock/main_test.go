@@ -152,3 +152,27 @@ func (e *env) redisKeys(t testing.TB, pattern string) []string {
 	}
 	return keys
 }
+
+// hangUp is a client that hangs up once while the handler runs, as one that timed out does:
+// ctx is its request's context, which the handler's first call of now ends.
+type hangUp struct {
+	ctx    context.Context
+	cancel chan context.CancelFunc
+}
+
+func newHangUp(t testing.TB) *hangUp {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h := &hangUp{ctx: ctx, cancel: make(chan context.CancelFunc, 1)}
+	h.cancel <- cancel
+	return h
+}
+
+// now hangs up, the first time it is called.
+func (h *hangUp) now() {
+	select {
+	case cancel := <-h.cancel:
+		cancel()
+	default:
+	}
+}

@@ -37,21 +37,14 @@ func TestBodilessAnswerStoredAfterClientGone(t *testing.T) {
 			e := setup(t)
 			r := router()
 			var runs atomic.Int32
-			hangUp := make(chan context.CancelFunc, 1)
+			client := newHangUp(t)
 			r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
-				runs.Add(1) // the money moves here
-				select {
-				case cancel := <-hangUp:
-					cancel() // the client times out and hangs up while the payment is made
-				default:
-				}
+				runs.Add(1)  // the money moves here
+				client.now() // the client times out and hangs up while the payment is made
 				tc.respond(c)
 			})
 			key := strings.ReplaceAll(idemKey(t), ",", "")
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			hangUp <- cancel
-			first := do(r, req{path: "/payments", user: "alice", key: key, body: `{"amount":100}`, ctx: ctx})
+			first := do(r, req{path: "/payments", user: "alice", key: key, body: `{"amount":100}`, ctx: client.ctx})
 			if first.Code != tc.status {
 				t.Fatalf("first: %d %s, want %d", first.Code, first.Body, tc.status)
 			}
@@ -81,14 +74,10 @@ func TestStreamCutBeforeFirstByteNotStored(t *testing.T) {
 	e := setup(t)
 	r := router()
 	var runs atomic.Int32
-	hangUp := make(chan context.CancelFunc, 1)
+	client := newHangUp(t)
 	r.POST("/exports-cut", ginlock.New(e.locks, payKey), func(c *gin.Context) {
 		runs.Add(1)
-		select {
-		case cancel := <-hangUp:
-			cancel()
-		default:
-		}
+		client.now()
 		ctx := c.Request.Context()
 		if ctx.Err() == nil {
 			c.DataFromReader(http.StatusCreated, -1, "application/json", strings.NewReader(`{"export":"done"}`), nil)
@@ -97,10 +86,7 @@ func TestStreamCutBeforeFirstByteNotStored(t *testing.T) {
 		c.DataFromReader(http.StatusCreated, -1, "application/json", errAfterCtx{ctx}, nil)
 	})
 	key := strings.ReplaceAll(idemKey(t), ",", "")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hangUp <- cancel
-	first := do(r, req{path: "/exports-cut", user: "alice", key: key, body: `{"n":1}`, ctx: ctx})
+	first := do(r, req{path: "/exports-cut", user: "alice", key: key, body: `{"n":1}`, ctx: client.ctx})
 	t.Logf("first (client gone, stream failed before its first byte): %d %q", first.Code, first.Body)
 	retry := do(r, req{path: "/exports-cut", user: "alice", key: key, body: `{"n":1}`})
 	if retry.Header().Get(ginlock.ReplayedHeader) == "true" && retry.Body.Len() == 0 {

@@ -1,7 +1,6 @@
 package ginlock_test
 
 import (
-	"context"
 	"fmt"
 	"html/template"
 	"io"
@@ -45,21 +44,14 @@ func TestSeveralWritesAnswerStoredAfterClientGone(t *testing.T) {
 			r := router()
 			r.SetHTMLTemplate(template.Must(template.New("receipt").Parse(`<p>charge {{.N}}</p><p>done</p>`)))
 			var runs atomic.Int32
-			hangUp := make(chan context.CancelFunc, 1)
+			client := newHangUp(t)
 			r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
 				n := runs.Add(1) // the money moves here
-				select {
-				case cancel := <-hangUp:
-					cancel() // the client times out and hangs up while the payment is made
-				default:
-				}
+				client.now()     // the client times out and hangs up while the payment is made
 				tc.respond(c, n)
 			})
 			key := idemKey(t)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			hangUp <- cancel
-			first := do(r, req{path: "/payments", user: "alice", key: key, body: `{"amount":100}`, ctx: ctx})
+			first := do(r, req{path: "/payments", user: "alice", key: key, body: `{"amount":100}`, ctx: client.ctx})
 			if first.Code != http.StatusCreated || first.Body.String() != tc.want {
 				t.Fatalf("first: %d %q, want 201 %q", first.Code, first.Body, tc.want)
 			}
@@ -141,7 +133,7 @@ func TestRowsStoppedByClientGoneNotStored(t *testing.T) {
 	e := setup(t)
 	r := router()
 	var runs atomic.Int32
-	hangUp := make(chan context.CancelFunc, 1)
+	client := newHangUp(t)
 	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
 		runs.Add(1)
 		ctx := c.Request.Context()
@@ -151,19 +143,12 @@ func TestRowsStoppedByClientGoneNotStored(t *testing.T) {
 			}
 			_, _ = fmt.Fprintf(c.Writer, "row %d\n", i)
 			if i == 1 {
-				select {
-				case cancel := <-hangUp:
-					cancel() // the client hangs up after two rows
-				default:
-				}
+				client.now() // the client hangs up after two rows
 			}
 		}
 	})
 	key := idemKey(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hangUp <- cancel
-	if w := do(r, req{path: "/export", user: "u", key: key, ctx: ctx}); w.Body.String() != "row 0\nrow 1\n" {
+	if w := do(r, req{path: "/export", user: "u", key: key, ctx: client.ctx}); w.Body.String() != "row 0\nrow 1\n" {
 		t.Fatalf("first: %q, want the two rows written before the client left", w.Body)
 	}
 	w := do(r, req{path: "/export", user: "u", key: key})
@@ -180,24 +165,19 @@ func TestFlushedWritesNotStoredAfterClientGone(t *testing.T) {
 	e := setup(t)
 	r := router()
 	var runs atomic.Int32
-	hangUp := make(chan context.CancelFunc, 1)
+	client := newHangUp(t)
 	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
 		runs.Add(1)
 		_, _ = c.Writer.WriteString("part1\n")
 		c.Writer.Flush()
-		select {
-		case cancel := <-hangUp:
-			cancel()
+		client.now()
+		if c.Request.Context().Err() != nil {
 			return // client gone: stop streaming
-		default:
 		}
 		_, _ = c.Writer.WriteString("part2\n")
 	})
 	key := idemKey(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	hangUp <- cancel
-	do(r, req{path: "/export", user: "u", key: key, ctx: ctx})
+	do(r, req{path: "/export", user: "u", key: key, ctx: client.ctx})
 	w := do(r, req{path: "/export", user: "u", key: key})
 	if w.Header().Get(ginlock.ReplayedHeader) != "" || runs.Load() != 2 || !strings.HasSuffix(w.Body.String(), "part2\n") {
 		t.Fatalf("retry: %q replayed=%q after %d runs; want the handler to run again", w.Body,

@@ -37,7 +37,7 @@ func TestStreamCutShortByClientGoneNotStored(t *testing.T) {
 	e := setup(t)
 	r := router()
 	var runs atomic.Int32
-	cancelFirst := make(chan context.CancelFunc, 1)
+	client := newHangUp(t)
 	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
 		runs.Add(1)
 		ctx := c.Request.Context()
@@ -51,18 +51,12 @@ func TestStreamCutShortByClientGoneNotStored(t *testing.T) {
 			_, _ = fmt.Fprintf(c.Writer, "chunk%d\n", i)
 			c.Writer.Flush()
 			if i == 0 {
-				select {
-				case cancel := <-cancelFirst:
-					cancel() // the client hangs up after the first chunk
-				default:
-				}
+				client.now() // the client hangs up after the first chunk
 			}
 		}
 	})
 	key := idemKey(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancelFirst <- cancel
-	w := do(r, req{path: "/export", user: "u", key: key, ctx: ctx})
+	w := do(r, req{path: "/export", user: "u", key: key, ctx: client.ctx})
 	if got := w.Body.String(); got != "chunk0\n" {
 		t.Fatalf("first: body %q, want the cut-short stream", got)
 	}
