@@ -176,3 +176,22 @@ func (h *hangUp) now() {
 	default:
 	}
 }
+
+// exportTwice serves handler at POST /export behind ginlock with replay, sends one request
+// from a client that hangs up where the handler calls client.now(), then the same request
+// again from a client that stays. It returns both answers and how often the handler ran.
+func exportTwice(t *testing.T, handler func(c *gin.Context, client *hangUp)) (first, retry *httptest.ResponseRecorder, runs int32) {
+	t.Helper()
+	e := setup(t)
+	r := router()
+	var n atomic.Int32
+	client := newHangUp(t)
+	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		n.Add(1)
+		handler(c, client)
+	})
+	key := idemKey(t)
+	first = do(r, req{path: "/export", user: "u", key: key, ctx: client.ctx})
+	retry = do(r, req{path: "/export", user: "u", key: key})
+	return first, retry, n.Load()
+}

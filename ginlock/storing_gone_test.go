@@ -130,12 +130,7 @@ func TestAnswerBeforePanicIsStored(t *testing.T) {
 // every write accepted (rows read with the request's context), has not written all of its
 // answer: what it wrote is not stored, and the retry runs it again.
 func TestRowsStoppedByClientGoneNotStored(t *testing.T) {
-	e := setup(t)
-	r := router()
-	var runs atomic.Int32
-	client := newHangUp(t)
-	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
-		runs.Add(1)
+	first, w, runs := exportTwice(t, func(c *gin.Context, client *hangUp) {
 		ctx := c.Request.Context()
 		for i := range 3 {
 			if ctx.Err() != nil {
@@ -147,14 +142,12 @@ func TestRowsStoppedByClientGoneNotStored(t *testing.T) {
 			}
 		}
 	})
-	key := idemKey(t)
-	if w := do(r, req{path: "/export", user: "u", key: key, ctx: client.ctx}); w.Body.String() != "row 0\nrow 1\n" {
-		t.Fatalf("first: %q, want the two rows written before the client left", w.Body)
+	if first.Body.String() != "row 0\nrow 1\n" {
+		t.Fatalf("first: %q, want the two rows written before the client left", first.Body)
 	}
-	w := do(r, req{path: "/export", user: "u", key: key})
-	if w.Header().Get(ginlock.ReplayedHeader) != "" || runs.Load() != 2 || w.Body.String() != "row 0\nrow 1\nrow 2\n" {
+	if w.Header().Get(ginlock.ReplayedHeader) != "" || runs != 2 || w.Body.String() != "row 0\nrow 1\nrow 2\n" {
 		t.Fatalf("retry: %q replayed=%q after %d runs; want the handler to run again", w.Body,
-			w.Header().Get(ginlock.ReplayedHeader), runs.Load())
+			w.Header().Get(ginlock.ReplayedHeader), runs)
 	}
 }
 
@@ -162,12 +155,7 @@ func TestRowsStoppedByClientGoneNotStored(t *testing.T) {
 // every write accepted, may have stopped anywhere: what it wrote is not stored even though
 // it came in several writes without a failure.
 func TestFlushedWritesNotStoredAfterClientGone(t *testing.T) {
-	e := setup(t)
-	r := router()
-	var runs atomic.Int32
-	client := newHangUp(t)
-	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
-		runs.Add(1)
+	_, w, runs := exportTwice(t, func(c *gin.Context, client *hangUp) {
 		_, _ = c.Writer.WriteString("part1\n")
 		c.Writer.Flush()
 		client.now()
@@ -176,11 +164,8 @@ func TestFlushedWritesNotStoredAfterClientGone(t *testing.T) {
 		}
 		_, _ = c.Writer.WriteString("part2\n")
 	})
-	key := idemKey(t)
-	do(r, req{path: "/export", user: "u", key: key, ctx: client.ctx})
-	w := do(r, req{path: "/export", user: "u", key: key})
-	if w.Header().Get(ginlock.ReplayedHeader) != "" || runs.Load() != 2 || !strings.HasSuffix(w.Body.String(), "part2\n") {
+	if w.Header().Get(ginlock.ReplayedHeader) != "" || runs != 2 || !strings.HasSuffix(w.Body.String(), "part2\n") {
 		t.Fatalf("retry: %q replayed=%q after %d runs; want the handler to run again", w.Body,
-			w.Header().Get(ginlock.ReplayedHeader), runs.Load())
+			w.Header().Get(ginlock.ReplayedHeader), runs)
 	}
 }

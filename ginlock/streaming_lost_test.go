@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,12 +33,7 @@ func TestLostLockIsReleasedInRedis(t *testing.T) {
 // A streaming handler that stops when the client goes away (ctx.Done, c.Stream) returns
 // without any failed write: the cut-short stream must not be stored and replayed.
 func TestStreamCutShortByClientGoneNotStored(t *testing.T) {
-	e := setup(t)
-	r := router()
-	var runs atomic.Int32
-	client := newHangUp(t)
-	r.POST("/export", ginlock.New(e.locks, payKey), func(c *gin.Context) {
-		runs.Add(1)
+	first, w, runs := exportTwice(t, func(c *gin.Context, client *hangUp) {
 		ctx := c.Request.Context()
 		c.Header("Content-Type", "text/plain")
 		for i := range 3 {
@@ -55,15 +49,12 @@ func TestStreamCutShortByClientGoneNotStored(t *testing.T) {
 			}
 		}
 	})
-	key := idemKey(t)
-	w := do(r, req{path: "/export", user: "u", key: key, ctx: client.ctx})
-	if got := w.Body.String(); got != "chunk0\n" {
+	if got := first.Body.String(); got != "chunk0\n" {
 		t.Fatalf("first: body %q, want the cut-short stream", got)
 	}
-	w = do(r, req{path: "/export", user: "u", key: key})
-	if w.Header().Get(ginlock.ReplayedHeader) == "true" || runs.Load() != 2 {
+	if w.Header().Get(ginlock.ReplayedHeader) == "true" || runs != 2 {
 		t.Fatalf("retry after a stream cut short: %d %q replayed=%q after %d runs; want the handler to run again",
-			w.Code, w.Body, w.Header().Get(ginlock.ReplayedHeader), runs.Load())
+			w.Code, w.Body, w.Header().Get(ginlock.ReplayedHeader), runs)
 	}
 }
 
