@@ -21,10 +21,11 @@
 //     the first live waiter and tells it with one pub/sub message (sharded on a Cluster), so a
 //     waiter is not starved by a holder re-acquiring in a loop, and needs no extra round trip.
 //     A waiter that stops heartbeating (its process died) is dropped after three retry
-//     intervals; a waiter whose context ends leaves the line right away (in the background,
-//     just after its Acquire returns), and one whose Client closes before Close returns; a
-//     waiter paused past the short lease of a hand-off, which then went on, ignores the
-//     stale message and queues again.
+//     intervals; a waiter whose context ends (or WithMaxWait runs out) is out of line when its
+//     Acquire returns (if Redis does not answer that within 100 ms, Acquire returns anyway
+//     and the place is given up in the background), and one whose Client closes before Close
+//     returns; a waiter paused past the short lease of a hand-off, which then went on,
+//     ignores the stale message and queues again.
 //   - Locks without WithTTL are renewed by one watchdog loop per Client, every lease/3, many
 //     locks per script call, pipelined (one pipeline per node on a Cluster, so a node that
 //     does not answer costs only its own locks). Renewal stops the moment the lock is

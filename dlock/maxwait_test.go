@@ -47,13 +47,62 @@ func TestMaxWaitEndsBusyWait(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("the caller's context ended: the max wait did not")
 	}
-	// The waiter leaves the line as its wait ends, or just after (in the background).
-	n := int64(-1)
-	for deadline := time.Now().Add(5 * time.Second); n != 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		n = rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val()
+	// The waiter is out of line by the time Acquire returns.
+	if n := rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
+		t.Errorf("%d waiters in line after Acquire gave up, want 0", n)
 	}
-	if n != 0 {
-		t.Errorf("%d waiters left in line 5 s after the max wait ran out, want 0", n)
+}
+
+// A waiter that gives up (its max wait ran out, its context's deadline passed or its context
+// was cancelled) is out of line when Acquire returns: the holder's release that follows frees
+// the lock rather than hand it to the waiter that has gone, and a TryAcquire after it takes it.
+func TestGivenUpWaiterIsOutOfLineOnReturn(t *testing.T) {
+	_, rdb, c := setup(t)
+	ctx := testContext(t, 30*time.Second)
+	cases := []struct {
+		name string
+		wait func(key string) error
+	}{
+		{"max wait", func(key string) error {
+			_, err := c.Acquire(ctx, key, dlock.WithMaxWait(30*time.Millisecond))
+			return err
+		}},
+		{"context deadline", func(key string) error {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+			defer cancel()
+			_, err := c.Acquire(wctx, key)
+			return err
+		}},
+		{"context cancelled", func(key string) error {
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			time.AfterFunc(30*time.Millisecond, cancel)
+			_, err := c.Acquire(wctx, key)
+			return err
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 5 {
+				key, held := heldKey(t, c, ctx)
+				if err := tc.wait(key); !errors.Is(err, dlock.ErrNotObtained) {
+					t.Fatalf("round %d: Acquire of a held lock: %v, want ErrNotObtained", i, err)
+				}
+				if n := rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
+					t.Fatalf("round %d: %d waiters in line after the only waiter's Acquire returned, want 0", i, n)
+				}
+				if err := held.Release(ctx); err != nil {
+					t.Fatalf("round %d: Release: %v", i, err)
+				}
+				lk, err := c.TryAcquire(ctx, key)
+				if err != nil {
+					t.Fatalf("round %d: TryAcquire after the release, nobody waiting: %v", i, err)
+				}
+				if err := lk.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -80,8 +80,11 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 		lis, err = c.be.listen(ctx, r.key, r.owner)
 		switch {
 		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
-			c.cleanup(ctx, r, nil)
-			return c.waitErr(ctx, err)
+			start := time.Now()
+			left := c.cleanup(ctx, r, nil)
+			err = c.waitErr(ctx, err)
+			c.awaitLeave(left, start)
+			return err
 		case err != nil:
 			// No subscription (its connection cannot be made, while commands go through):
 			// the wait goes on by looking every retry interval. A Redis that is down shows
@@ -97,8 +100,11 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 		case <-timer.C:
 			lis.Unconfirmed()
 		case <-ctx.Done():
-			c.cleanup(ctx, r, nil)
-			return c.waitEnded(ctx, r.key)
+			start := time.Now()
+			left := c.cleanup(ctx, r, nil)
+			err := c.waitEnded(ctx, r.key)
+			c.awaitLeave(left, start)
+			return err
 		case <-c.closing:
 			c.cleanup(ctx, r, nil) // Close waits for it
 			return ErrClosed
@@ -139,8 +145,11 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 		select {
 		case <-lateReady:
 		case <-ctx.Done():
-			c.cleanup(ctx, r, nil)
-			return g, c.waitEnded(ctx, r.key)
+			start := time.Now()
+			left := c.cleanup(ctx, r, nil)
+			err := c.waitEnded(ctx, r.key)
+			c.awaitLeave(left, start)
+			return g, err
 		case <-c.closing:
 			c.cleanup(ctx, r, nil) // Close waits for it
 			return g, ErrClosed
@@ -155,7 +164,7 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 				continue // look again now (a notice without its lease: the look tells it; a stale one)
 			}
 			if ctx.Err() != nil {
-				c.cleanup(ctx, r, nil)
+				c.awaitLeave(c.cleanup(ctx, r, nil), time.Now())
 				return g, &waitError{ctxErr: ctx.Err()}
 			}
 			// Handed to us. It was granted after our last look that found us queued, so that
@@ -314,14 +323,41 @@ func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure e
 	})
 }
 
-// cleanup takes an owner out of line and passes on a lock handed to it, without waiting for
-// it: ctx may have ended already, and the caller's wait must end with its context. When the
-// call that failed with failure is still in flight, the clean-up comes after it. Close
+// cleanup takes an owner out of line and passes on a lock handed to it, in the background:
+// ctx may have ended already. When the call that failed with failure is still in flight, the
+// clean-up comes after it. The returned channel is closed when the clean-up is over. Close
 // waits for it: the clean-ups of waits in progress when Close began are started before
 // Close stops taking background work. (A look that failed after that, on a call that was
 // not a wait, leaves its place to expire by itself.)
-func (c *Client) cleanup(ctx context.Context, r acquireRequest, failure error) {
-	c.wd.background(func() { c.leaveLine(ctx, r, failure) })
+func (c *Client) cleanup(ctx context.Context, r acquireRequest, failure error) <-chan struct{} {
+	done := make(chan struct{})
+	if !c.wd.background(func() {
+		defer close(done)
+		c.leaveLine(ctx, r, failure)
+	}) {
+		close(done)
+	}
+	return done
+}
+
+// leaveWait bounds how long an acquisition whose wait ended waits for its place in line to be
+// given up before it returns. Redis answers in well under a millisecond; one that does not
+// answer in time must not hold up a caller whose context has ended.
+const leaveWait = storeSilence
+
+// awaitLeave waits for the clean-up of a wait that is over (done, from cleanup), so that the
+// waiter is out of line (and a lock handed to it passed on) when Acquire returns: whatever
+// the caller does next, such as a TryAcquire after the holder's release, does not find the
+// lock handed to a waiter that has gone. It waits leaveWait at most from started; the
+// clean-up then goes on in the background. The wait's error is worked out meanwhile, so a
+// store that does not answer costs the caller the longer of the two, not their sum.
+func (c *Client) awaitLeave(done <-chan struct{}, started time.Time) {
+	t := time.NewTimer(leaveWait - time.Since(started))
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // leaveLine takes r's owner out of line and passes on a lock handed to it, after the call

@@ -116,18 +116,20 @@ func (w *watchdog) remove(l *lease) {
 	w.mu.Unlock()
 }
 
-// background runs a clean-up that Close must wait for.
-func (w *watchdog) background(fn func()) {
+// background runs a clean-up that Close must wait for. It reports whether fn was started:
+// not once Close has stopped taking background work.
+func (w *watchdog) background(fn func()) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
-		return
+		return false
 	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		fn()
 	}()
+	return true
 }
 
 func (w *watchdog) run() {
