@@ -144,6 +144,11 @@ func (m *middleware) handle(c *gin.Context) {
 	if err == nil && replaying {
 		fp, err = fingerprint(c, src)
 	}
+	if err == nil && src.bodyErr != nil {
+		// The body was read, consumed in part, and failed (over the cap, cut short) for a
+		// part that did not need it after all: the handler must not get what is left.
+		err = src.bodyErr
+	}
 	if err != nil {
 		status := keyStatus(err)
 		if status == http.StatusInternalServerError {

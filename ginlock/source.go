@@ -3,6 +3,8 @@ package ginlock
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +28,9 @@ import (
 //   - KindHeader: the first value of a request header (Values gives every line, so that
 //     keyfunc.IdempotencyKey refuses a key sent twice);
 //   - KindForm: fields of a multipart/form-data body (files are ignored); keyfunc itself
-//     parses application/x-www-form-urlencoded bodies;
+//     parses application/x-www-form-urlencoded bodies. When a handler before ginlock parsed
+//     the form already (c.PostForm, r.FormValue), which reads the body to its end, the
+//     fields come from that parse (c.Request.PostForm), as the handler sees them;
 //   - KindMeta: keyfunc.MetaMethod, keyfunc.MetaRoute (c.FullPath(), absent for unmatched
 //     routes) and keyfunc.MetaPath (the decoded path, as Gin routes it: /accounts/%31 and
 //     /accounts/1 reach the same handler, so they must share a lock; /a%2Fb and /a/b then
@@ -36,7 +40,10 @@ import (
 //     context's Keys first (c.Set), so keyfunc.ContextValue("user") reads what an auth
 //     middleware stored with c.Set("user", id);
 //   - Body: the request body, read once and at most the cap, then put back in
-//     c.Request.Body and under gin.BodyBytesKey so c.ShouldBindBodyWith reuses it.
+//     c.Request.Body and under gin.BodyBytesKey so c.ShouldBindBodyWith reuses it. A body
+//     parsed as a form before ginlock is rebuilt from that parse (see KindForm): its
+//     fields URL-encoded, names sorted, and for a multipart form each file's name,
+//     Content-Type and content hash; the replay fingerprint covers that.
 //
 // A Source belongs to one request and is not safe for concurrent use.
 type Source struct {
@@ -97,7 +104,11 @@ func (s *Source) Value(kind keyfunc.Kind, name string) (string, bool) {
 			return vs[0], true
 		}
 	case keyfunc.KindForm:
-		if vs := s.multipartForm()[name]; len(vs) > 0 {
+		form := s.multipartForm()
+		if s.formParsedBefore() {
+			form = c.Request.PostForm
+		}
+		if vs := form[name]; len(vs) > 0 {
 			return vs[0], true
 		}
 	case keyfunc.KindMeta:
@@ -167,6 +178,9 @@ func (s *Source) readBody() ([]byte, error) {
 			return b, nil
 		}
 	}
+	if s.formParsedBefore() {
+		return s.parsedFormBody()
+	}
 	req := c.Request
 	if req.ContentLength > s.maxBody {
 		return nil, &bodyTooLargeError{s.maxBody}
@@ -192,6 +206,82 @@ func (s *Source) readBody() ([]byte, error) {
 	}
 	c.Set(gin.BodyBytesKey, b)
 	return b, nil
+}
+
+// formParsedBefore reports whether a handler before ginlock (a CSRF or method-override
+// middleware calling c.PostForm, or one wrapping the engine calling r.FormValue) parsed the
+// body as a form: net/http then read the body to its end, and the handler reads the form
+// from the request's parsed values, not from the body.
+func (s *Source) formParsedBefore() bool {
+	req := s.c.Request
+	if req.MultipartForm != nil {
+		return true
+	}
+	if req.PostForm == nil {
+		return false
+	}
+	switch req.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return false // ParseForm leaves the body of other methods
+	}
+	mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
+	return mt == "application/x-www-form-urlencoded"
+}
+
+// parsedFormBody is the body of a request whose form was parsed before ginlock, rebuilt
+// from what the handler sees: the fields, URL-encoded with names sorted (a urlencoded
+// body's fields parse back from it as from the body), and for a multipart form, after a
+// blank line, each file's field, name, Content-Type and SHA-256 of its content, so the
+// fingerprint of a retry with another file differs. Over the cap (fields and file contents
+// together) it is an error matching keyfunc.ErrBodyTooLarge, as the body would have been.
+func (s *Source) parsedFormBody() ([]byte, error) {
+	req := s.c.Request
+	size := int64(0)
+	for name, vs := range req.PostForm {
+		for _, v := range vs {
+			size += int64(len(name) + len(v))
+		}
+	}
+	var files url.Values
+	if mf := req.MultipartForm; mf != nil {
+		files = url.Values{}
+		for name, fhs := range mf.File {
+			for _, fh := range fhs {
+				size += fh.Size
+				if size > s.maxBody {
+					return nil, &bodyTooLargeError{s.maxBody}
+				}
+				sum, err := fileSum(fh)
+				if err != nil {
+					return nil, &bodyReadError{err}
+				}
+				files.Add(name, fh.Filename+"\n"+fh.Header.Get("Content-Type")+"\n"+sum)
+			}
+		}
+	}
+	if size > s.maxBody {
+		return nil, &bodyTooLargeError{s.maxBody}
+	}
+	b := []byte(req.PostForm.Encode())
+	if files != nil {
+		b = append(append(b, "\n\n"...), files.Encode()...)
+	}
+	return b, nil
+}
+
+// fileSum is the hex SHA-256 of an uploaded file's content.
+func fileSum(fh *multipart.FileHeader) (string, error) {
+	f, err := fh.Open()
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // multipartForm parses the fields of a multipart/form-data body from the capped body; any

@@ -217,7 +217,9 @@ func JSON(path string) Part {
 // body is not read as a form, so a client cannot lock one account with a body the handler
 // never reads.
 // Pairs that do not parse (a bad escape, a ';') are skipped, as ParseForm skips them for
-// the handler. An adapter that decodes multipart forms should serve them through KindForm.
+// the handler. An adapter that decodes multipart forms should serve them through KindForm;
+// for a multipart/form-data body whose field it does not serve, the body is read, so a body
+// over the cap or cut short fails the part with that error.
 // Cap: DefaultMaxBodyLen.
 func Form(name string) Part {
 	return newPart(name, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
@@ -248,7 +250,16 @@ func formBodyValue(e *eval, name string) (string, bool, error) {
 	if ct, ok := e.src.Value(KindHeader, "Content-Type"); ok {
 		// The media type as ParseForm takes it: also when a parameter does not parse
 		// (ErrInvalidMediaParameter), where ParseForm still reads the body.
-		if mt, _, _ := mime.ParseMediaType(ct); mt != "application/x-www-form-urlencoded" {
+		mt, _, _ := mime.ParseMediaType(ct)
+		if mt == "multipart/form-data" {
+			// The adapter's to decode (KindForm above); a body it could not read, over the
+			// cap or cut short, fails the part rather than leave the field missing.
+			if _, err := e.readBody(); err != nil {
+				return "", false, err
+			}
+			return "", false, nil
+		}
+		if mt != "application/x-www-form-urlencoded" {
 			return "", false, nil
 		}
 	} else if isHTTP {
