@@ -100,7 +100,9 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 	if kerr != nil { // a From function's own failure: a retry may succeed
 		err = fmt.Errorf("asynqlock: task %q not run, deriving its lock key failed: %w", task.Type(), kerr)
 		span.waited(OutcomeError)
-		span.end(OutcomeError, err)
+		// The span gets a fixed text: the function's own error may hold payload data
+		// (keyfunc's errors name parts, never values). asynq keeps the whole error.
+		span.end(OutcomeError, errKeyFunc)
 		return err
 	}
 	span.key(key)

@@ -2,6 +2,7 @@ package asynqlock
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -13,6 +14,10 @@ import (
 
 	"github.com/lockguard/lockguard/dlock"
 )
+
+// errKeyFunc marks the span of a task whose key function failed; the function's own error,
+// which may hold payload data, is not put on the span.
+var errKeyFunc = errors.New("asynqlock: key function failed")
 
 // ScopeName is the instrumentation scope of the package's tracer and meter.
 const ScopeName = "github.com/lockguard/lockguard/asynqlock"

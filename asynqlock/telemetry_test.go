@@ -39,6 +39,42 @@ func TestTelemetryKeyFuncPanicEndsSpan(t *testing.T) {
 	}
 }
 
+// A key function (keyfunc.From) that fails with an error of its own: the span is a failure
+// with outcome error, and its status and events keep the function's error text, which may
+// hold payload data, out; the task's error keeps it for asynq.
+func TestTelemetryKeyFuncErrorKeptOffSpan(t *testing.T) {
+	o := oteltest.New(t)
+	e := newEnv(t)
+	key := keyfunc.Join(keyfunc.From("acct", func(keyfunc.Source) (string, error) {
+		return "", errors.New("no account for email bob@example.com")
+	}))
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
+		e.lock, key, asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP))
+	err := h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{}`)))
+	if err == nil || !strings.Contains(err.Error(), "bob@example.com") {
+		t.Fatalf("task error %v, want the key function's error", err)
+	}
+	ended := o.Spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want 1", len(ended))
+	}
+	s := ended[0]
+	if out := oteltest.Attr(s, "asynqlock.outcome"); out != asynqlock.OutcomeError || s.Status().Code != codes.Error {
+		t.Errorf("span outcome %q status %v, want %q and codes.Error", out, s.Status().Code, asynqlock.OutcomeError)
+	}
+	texts := []string{s.Status().Description}
+	for _, ev := range s.Events() {
+		for _, a := range ev.Attributes {
+			texts = append(texts, a.Value.Emit())
+		}
+	}
+	for _, text := range texts {
+		if strings.Contains(text, "bob@example.com") {
+			t.Errorf("span carries the key function's error text: %q", text)
+		}
+	}
+}
+
 // A handler that panics held the lock until the deferred release: asynqlock.lock.hold has its
 // sample, and the lock is free again.
 func TestTelemetryHandlerPanicRecordsHold(t *testing.T) {
