@@ -65,6 +65,10 @@ func TestContract(t *testing.T) {
 			{"ledger, unknown account", "GET", "/api/accounts/acc_nope/ledger", "", nil, 404, "account_not_found"},
 			{"healthz", "GET", "/healthz", "", nil, 200, `"status":"ok"`},
 			{"page", "GET", "/", "", nil, 200, `id="pay"`},
+
+			{"unknown route", "GET", "/api/nope", "", nil, 404, `{"error":"not_found"}`},
+			{"pay, wrong method", "GET", "/api/orders/" + pending.ID + "/pay", "", nil, 405, `{"error":"method_not_allowed"}`},
+			{"account, wrong method", "DELETE", "/api/accounts/" + rich.ID, "", nil, 405, `{"error":"method_not_allowed"}`},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
@@ -73,6 +77,9 @@ func TestContract(t *testing.T) {
 					t.Errorf("%s %s: %d %s, want %d containing %q", c.method, c.path, w.Code, w.Body, c.want, c.contains)
 				}
 			})
+		}
+		if allow := e.do("GET", "/api/orders/"+pending.ID+"/pay", "").Header().Get("Allow"); allow != "POST" {
+			t.Errorf("GET of the pay route: Allow %q, want POST", allow)
 		}
 	})
 }

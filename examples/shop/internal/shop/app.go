@@ -89,6 +89,10 @@ func NewApp(cfg Config) *App {
 func (a *App) routes(p Protection) *gin.Engine {
 	r := gin.New()
 	r.Use(gin.Recovery())
+	// Wrong paths and methods get the contract's JSON errors, not Gin's plain text.
+	r.HandleMethodNotAllowed = true
+	r.NoRoute(func(c *gin.Context) { fail(c, http.StatusNotFound, "not_found") })
+	r.NoMethod(func(c *gin.Context) { fail(c, http.StatusMethodNotAllowed, "method_not_allowed") })
 	r.GET("/", a.page)
 	r.GET("/healthz", a.health)
 	api := r.Group("/api")
