@@ -192,3 +192,60 @@ func TestFormParsedBeforeOverCapIs413(t *testing.T) {
 		t.Fatal("the handler ran")
 	}
 }
+
+// A form parse that failed before ginlock (over an http.MaxBytesReader limit set earlier)
+// leaves c.Request.PostForm empty: ginlock reads the body, which fails again, and answers
+// 413 without running the handler, whatever the key reads.
+func TestFailedFormParseBeforeGinlockIs413(t *testing.T) {
+	e := setup(t)
+	limit := func(c *gin.Context) { c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, 32); c.Next() }
+	csrf := func(c *gin.Context) { _ = c.PostForm("csrf"); c.Next() }
+	body := url.Values{"csrf": {"tok"}, "account": {"7"}, "amount": {"100"}, "note": {strings.Repeat("x", 200)}}.Encode()
+	for _, tc := range []struct {
+		name string
+		key  *keyfunc.Func
+	}{{"key from a form field", formAccountKey}, {"key from Idempotency-Key", payKey}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := router()
+			var ran atomic.Bool
+			r.POST("/pay", limit, csrf, ginlock.New(e.locks, tc.key), func(c *gin.Context) { ran.Store(true) })
+			w := sendForm(r, "/pay", "application/x-www-form-urlencoded", body, false,
+				map[string]string{"X-User": "alice", keyfunc.IdempotencyKeyHeader: idemKey(t)})
+			wantProblem(t, w, http.StatusRequestEntityTooLarge)
+			if ran.Load() {
+				t.Fatal("the handler ran")
+			}
+		})
+	}
+}
+
+// A method override around the engine (r.FormValue("_method")) turns a POSTed form into a
+// DELETE: net/http read the body for the override, and the handler reads the fields from
+// the parse. The fingerprint covers them all the same: the same Idempotency-Key with another
+// payload gets 422, not the answer stored for the first.
+func TestMethodOverrideFormFingerprint(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	r.DELETE("/items/:id", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		runs.Add(1)
+		c.String(http.StatusOK, "deleted %s refund=%s", c.Param("id"), c.PostForm("refund"))
+	})
+	override := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if m := req.FormValue("_method"); req.Method == http.MethodPost && m != "" {
+			req.Method = strings.ToUpper(m)
+		}
+		r.ServeHTTP(w, req)
+	})
+	hdr := map[string]string{"X-User": "alice", keyfunc.IdempotencyKeyHeader: idemKey(t)}
+	ct := "application/x-www-form-urlencoded"
+	if w := sendForm(override, "/items/9", ct, "_method=DELETE&refund=yes", false, hdr); w.Code != http.StatusOK || w.Body.String() != "deleted 9 refund=yes" {
+		t.Fatalf("first: %d %q", w.Code, w.Body)
+	}
+	if w := sendForm(override, "/items/9", ct, "_method=DELETE&refund=yes", false, hdr); w.Header().Get(ginlock.ReplayedHeader) != "true" || runs.Load() != 1 {
+		t.Fatalf("retry: %d %q after %d runs; want the stored answer", w.Code, w.Body, runs.Load())
+	}
+	if w := sendForm(override, "/items/9", ct, "_method=DELETE&refund=no", false, hdr); w.Code != http.StatusUnprocessableEntity || runs.Load() != 1 {
+		t.Fatalf("same key, another payload: %d %q after %d runs; want 422", w.Code, w.Body, runs.Load())
+	}
+}

@@ -212,18 +212,19 @@ func (s *Source) readBody() ([]byte, error) {
 // middleware calling c.PostForm, or one wrapping the engine calling r.FormValue) parsed the
 // body as a form: net/http then read the body to its end, and the handler reads the form
 // from the request's parsed values, not from the body.
+//
+// A multipart form is set only by a parse that succeeded. A urlencoded one counts when it
+// has fields, whatever the method is now (a method override may have turned the POST into a
+// DELETE): a parse that failed (over an http.MaxBytesReader limit, the client gone) leaves
+// PostForm empty, and so does an empty body; the body is then read as usual, where a failed
+// read fails again and an empty or drained body reads as empty.
 func (s *Source) formParsedBefore() bool {
 	req := s.c.Request
 	if req.MultipartForm != nil {
 		return true
 	}
-	if req.PostForm == nil {
+	if len(req.PostForm) == 0 {
 		return false
-	}
-	switch req.Method {
-	case http.MethodPost, http.MethodPut, http.MethodPatch:
-	default:
-		return false // ParseForm leaves the body of other methods
 	}
 	mt, _, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
 	return mt == "application/x-www-form-urlencoded"
