@@ -94,7 +94,7 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 	if kerr != nil && keyfunc.IsInputError(kerr) {
 		err = fmt.Errorf("asynqlock: task %q not run, its lock key cannot be derived: %w: %w", task.Type(), kerr, asynq.SkipRetry)
 		span.waited(OutcomeInvalid)
-		span.end(OutcomeInvalid, err)
+		span.end(OutcomeInvalid, invalidKeyError(kerr))
 		return err
 	}
 	if kerr != nil { // a From function's own failure: a retry may succeed

@@ -3,6 +3,7 @@ package asynqlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -13,11 +14,30 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/keyfunc"
 )
 
 // errKeyFunc marks the span of a task whose key function failed; the function's own error,
 // which may hold payload data, is not put on the span.
 var errKeyFunc = errors.New("asynqlock: key function failed")
+
+// invalidKeyError is what the span of a task with invalid key input says: the part and the
+// keyfunc sentinel, not the error's text, which a From function may have filled with payload
+// data (wrapping keyfunc.ErrInvalid).
+func invalidKeyError(err error) error {
+	what := "invalid input"
+	for _, sentinel := range []error{keyfunc.ErrMissing, keyfunc.ErrInvalid, keyfunc.ErrTooLong, keyfunc.ErrMalformedBody, keyfunc.ErrBodyTooLarge} {
+		if errors.Is(err, sentinel) {
+			what = sentinel.Error()
+			break
+		}
+	}
+	var pe *keyfunc.PartError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("asynqlock: lock key cannot be derived: part %q: %s", pe.Part, what)
+	}
+	return fmt.Errorf("asynqlock: lock key cannot be derived: %s", what)
+}
 
 // ScopeName is the instrumentation scope of the package's tracer and meter.
 const ScopeName = "github.com/lockguard/lockguard/asynqlock"

@@ -3,6 +3,7 @@ package asynqlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -39,39 +40,52 @@ func TestTelemetryKeyFuncPanicEndsSpan(t *testing.T) {
 	}
 }
 
-// A key function (keyfunc.From) that fails with an error of its own: the span is a failure
-// with outcome error, and its status and events keep the function's error text, which may
-// hold payload data, out; the task's error keeps it for asynq.
+// A key function (keyfunc.From) that fails with an error of its own, or marks the input
+// invalid by wrapping keyfunc.ErrInvalid: the span is a failure (outcome error, or invalid),
+// and its status and events keep the function's error text, which may hold payload data,
+// out; the task's error keeps it for asynq.
 func TestTelemetryKeyFuncErrorKeptOffSpan(t *testing.T) {
-	o := oteltest.New(t)
-	e := newEnv(t)
-	key := keyfunc.Join(keyfunc.From("acct", func(keyfunc.Source) (string, error) {
-		return "", errors.New("no account for email bob@example.com")
-	}))
-	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
-		e.lock, key, asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP))
-	err := h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{}`)))
-	if err == nil || !strings.Contains(err.Error(), "bob@example.com") {
-		t.Fatalf("task error %v, want the key function's error", err)
-	}
-	ended := o.Spans.Ended()
-	if len(ended) != 1 {
-		t.Fatalf("%d spans ended, want 1", len(ended))
-	}
-	s := ended[0]
-	if out := oteltest.Attr(s, "asynqlock.outcome"); out != asynqlock.OutcomeError || s.Status().Code != codes.Error {
-		t.Errorf("span outcome %q status %v, want %q and codes.Error", out, s.Status().Code, asynqlock.OutcomeError)
-	}
-	texts := []string{s.Status().Description}
-	for _, ev := range s.Events() {
-		for _, a := range ev.Attributes {
-			texts = append(texts, a.Value.Emit())
-		}
-	}
-	for _, text := range texts {
-		if strings.Contains(text, "bob@example.com") {
-			t.Errorf("span carries the key function's error text: %q", text)
-		}
+	for _, tc := range []struct {
+		name    string
+		err     error
+		outcome string
+	}{
+		{"own error", errors.New("no account for email bob@example.com"), asynqlock.OutcomeError},
+		{"invalid input", fmt.Errorf("%w: no account for email bob@example.com", keyfunc.ErrInvalid), asynqlock.OutcomeInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := oteltest.New(t)
+			e := newEnv(t)
+			key := keyfunc.Join(keyfunc.From("acct", func(keyfunc.Source) (string, error) { return "", tc.err }))
+			h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil }),
+				e.lock, key, asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP))
+			err := h.ProcessTask(t.Context(), asynq.NewTask("account:deduct", []byte(`{}`)))
+			if err == nil || !strings.Contains(err.Error(), "bob@example.com") {
+				t.Fatalf("task error %v, want the key function's error", err)
+			}
+			ended := o.Spans.Ended()
+			if len(ended) != 1 {
+				t.Fatalf("%d spans ended, want 1", len(ended))
+			}
+			s := ended[0]
+			if out := oteltest.Attr(s, "asynqlock.outcome"); out != tc.outcome || s.Status().Code != codes.Error {
+				t.Errorf("span outcome %q status %v, want %q and codes.Error", out, s.Status().Code, tc.outcome)
+			}
+			if !strings.Contains(s.Status().Description, `"acct"`) && tc.outcome == asynqlock.OutcomeInvalid {
+				t.Errorf("span status %q: want the part named", s.Status().Description)
+			}
+			texts := []string{s.Status().Description}
+			for _, ev := range s.Events() {
+				for _, a := range ev.Attributes {
+					texts = append(texts, a.Value.Emit())
+				}
+			}
+			for _, text := range texts {
+				if strings.Contains(text, "bob@example.com") {
+					t.Errorf("span carries the key function's error text: %q", text)
+				}
+			}
+		})
 	}
 }
 
