@@ -166,8 +166,11 @@ func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant)
 		err = lost("hand-off expired before it was confirmed")
 	}
 	if err != nil {
-		c.cleanup(ctx, r, err)
-		return c.lookErr(ctx, r.key, err, sent) // the caller's deadline, if that is what ended it
+		start := time.Now()
+		left := c.cleanup(ctx, r, err)
+		err = c.lookErr(ctx, r.key, err, sent) // the caller's deadline, if that is what ended it
+		c.awaitLeave(left, start)
+		return err
 	}
 	g.sent, g.valid, g.confirmed = sent, r.ttl, true
 	return nil

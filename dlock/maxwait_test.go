@@ -3,6 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,5 +245,70 @@ func TestMaxWaitReplicaAckUnacknowledgedIsUnavailable(t *testing.T) {
 		if owner != "" {
 			t.Errorf("acquisition %d: lock still held by %q after it was not acknowledged", i, owner)
 		}
+	}
+}
+
+// lateLooks answers the acquire script calls from the n-th on late by delay, as a slow
+// network or a busy Redis would: a look is on its way when the caller's deadline passes.
+type lateLooks struct {
+	sha   string
+	n     int32
+	calls atomic.Int32
+	delay time.Duration
+}
+
+func (h *lateLooks) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lateLooks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *lateLooks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		a := cmd.Args()
+		if len(a) > 1 && strings.EqualFold(a[0].(string), "evalsha") && a[1] == h.sha && h.calls.Add(1) >= h.n {
+			time.Sleep(h.delay)
+			return next(context.WithoutCancel(ctx), cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A queued waiter whose deadline passes while its next look is on its way (answered 60 ms
+// late, within the 100 ms Acquire waits for its clean-up) is out of line when Acquire
+// returns, like a waiter whose deadline passed between looks.
+func TestWaiterWithLookInFlightIsOutOfLineOnReturn(t *testing.T) {
+	srv, rdb, holder := setup(t)
+	ctx := testContext(t, 30*time.Second)
+	var src []byte
+	for _, f := range []string{"scripts/lib.lua", "scripts/acquire.lua"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
+	}
+	sha := redis.NewScript(string(src)).Hash()
+	for i := range 3 {
+		key, held := heldKey(t, holder, ctx)
+		wrdb := srv.Client(t)
+		// The first look queues the waiter; the look after its subscription is the late one.
+		wrdb.AddHook(&lateLooks{sha: sha, n: 2, delay: 60 * time.Millisecond})
+		waiter := newClient(t, wrdb)
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		_, err := waiter.Acquire(wctx, key)
+		cancel()
+		if !errors.Is(err, dlock.ErrNotObtained) {
+			t.Fatalf("round %d: Acquire of a held lock: %v, want ErrNotObtained", i, err)
+		}
+		if n := rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
+			t.Fatalf("round %d: %d waiters in line after the only waiter's Acquire returned, want 0", i, n)
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lk, err := holder.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatalf("round %d: TryAcquire after the release, nobody waiting: %v", i, err)
+		}
+		_ = lk.Release(ctx)
 	}
 }

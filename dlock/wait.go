@@ -31,16 +31,27 @@ func (g *grant) confirmDue() bool {
 // (or when the holder's lease runs out) in case a message was lost. The first look runs with
 // first (see WithMaxWait), the rest of the wait with ctx.
 func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, err error) {
+	var left <-chan struct{} // the clean-up after a failed look
+	var leftAt time.Time
 	try := func(ctx context.Context) (acquireResult, error) {
 		g.attempts++
 		g.sent = time.Now()
 		res, err := c.be.acquire(ctx, r)
 		if err != nil {
 			// The script may have run and given us the lock (reply lost, or ctx ended while the
-			// call was in flight): take us out, so no lock is left that nobody will release.
-			c.cleanup(ctx, r, err)
+			// call was in flight), or queued us: take us out, so no lock is left that nobody
+			// will release, and no place in line.
+			leftAt = time.Now()
+			left = c.cleanup(ctx, r, err)
 		}
 		return res, err
+	}
+	// lookFailed is the error of an acquisition whose look failed with err, returned once
+	// the clean-up is over (see awaitLeave).
+	lookFailed := func(ctx context.Context, err error) error {
+		err = c.lookErr(ctx, r.key, err, g.sent)
+		c.awaitLeave(left, leftAt)
+		return err
 	}
 	// A waiter on a channel this process already listens to registers before its first look,
 	// so no hand-off can slip between the look and the listener, and one look is enough.
@@ -59,7 +70,7 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 	}()
 	res, err := try(first)
 	if err != nil {
-		return g, c.lookErr(first, r.key, err, g.sent)
+		return g, lookFailed(first, err)
 	}
 	if done, err := c.settled(&g, r, res); done {
 		return g, err
@@ -121,7 +132,7 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 	for {
 		if look {
 			if res, err = try(ctx); err != nil {
-				return g, c.lookErr(ctx, r.key, err, g.sent)
+				return g, lookFailed(ctx, err)
 			}
 			if done, err := c.settled(&g, r, res); done {
 				return g, err
