@@ -278,3 +278,85 @@ func handOffTime(t *testing.T, ctx context.Context, holder, waiter *dlock.Client
 	}
 	return r.at.Sub(released), r.err
 }
+
+// A slot left mid-migration, with one of its two locks moved (as an interrupted reshard
+// leaves it), gets TRYAGAIN for a renew script that names both. That refusal costs nothing
+// to the locks of the node's other slots, renewed in the same pipeline, and the two locks of
+// the slot are renewed one key per call, where each key is now.
+func TestMigratingSlotCostsNoRenewals(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := testContext(t, 60*time.Second)
+	rdb := cl.Client(t)
+	lockKey := func(k string) string { return "lockguard:{" + k + "}:lock" }
+	base := uniqueKey(t)
+	k1 := base + "-0"
+	slot, err := rdb.ClusterKeySlot(ctx, lockKey(k1)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := cl.MasterOf(ctx, lockKey(k1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pipelines of CLUSTER KEYSLOT find a second key in k1's slot (about one in 16384), and
+	// keys of other slots on the same master.
+	node := src.Client(t)
+	k2 := ""
+	var others []string
+	for chunk := 0; (k2 == "" || len(others) < 20) && chunk < 40; chunk++ {
+		var cands []*redis.IntCmd
+		if _, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range 10000 {
+				cands = append(cands, p.ClusterKeySlot(ctx, lockKey(fmt.Sprintf("%s-%d", base, chunk*10000+i+1))))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range cands {
+			k := fmt.Sprintf("%s-%d", base, chunk*10000+i+1)
+			switch s := cmd.Val(); {
+			case s == slot && k2 == "":
+				k2 = k
+			case s != slot && len(others) < 20:
+				if m, _ := cl.MasterOf(ctx, lockKey(k)); m == src {
+					others = append(others, k)
+				}
+			}
+		}
+	}
+	if k2 == "" || len(others) < 20 {
+		t.Fatalf("no second key in slot %d (%q) or too few others (%d)", slot, k2, len(others))
+	}
+	c := newClient(t, rdb, dlock.WithLease(900*time.Millisecond))
+	var locks []*dlock.Lock
+	for _, k := range append(others, k1, k2) {
+		lk, err := c.TryAcquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, lk)
+	}
+	mig := startSlotMigration(t, ctx, cl, lockKey(k1))
+	host, port, _ := strings.Cut(mig.targetAddr, ":")
+	mig.do(ctx, mig.source, "MIGRATE", host, port, "", 0, 5000, "KEYS", lockKey(k1))
+	if err := rdb.Do(ctx, "EVAL", "return redis.call('EXISTS', KEYS[1], KEYS[2])", 2, lockKey(k1), lockKey(k2)).Err(); !redis.IsTryAgainError(err) {
+		mig.finish(ctx)
+		t.Fatalf("a script naming both keys of the migrating slot: %v, want TRYAGAIN", err)
+	}
+	time.Sleep(3 * time.Second) // over three leases
+	lost := 0
+	for i, lk := range locks {
+		if err := lk.Err(); err != nil {
+			lost++
+			t.Errorf("lock %d (%s) lost while slot %d migrated: %v", i, lk.Key(), slot, err)
+		}
+	}
+	mig.finish(ctx)
+	for _, lk := range locks {
+		_ = lk.Release(ctx)
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d locks lost; want none: the node answered all along", lost, len(locks))
+	}
+}

@@ -403,29 +403,22 @@ func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, er
 func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 	groups := b.renewGroups(ctx, rs)
 	ok := make([]bool, len(rs))
+	failed := make([]bool, len(rs))
 	errs := make([]error, len(groups))
 	if len(groups) == 1 {
-		errs[0] = b.renewGroup(ctx, groups[0], ok)
+		errs[0] = b.renewGroup(ctx, groups[0], ok, failed)
 	} else {
 		var wg sync.WaitGroup
 		for i, g := range groups {
-			wg.Go(func() { errs[i] = b.renewGroup(ctx, g, ok) })
+			wg.Go(func() { errs[i] = b.renewGroup(ctx, g, ok, failed) })
 		}
 		wg.Wait()
 	}
-	var failed []bool
 	var first error
-	for i, err := range errs {
-		if err == nil {
-			continue
-		}
-		if first == nil {
-			first, failed = err, make([]bool, len(rs))
-		}
-		for _, bt := range groups[i] {
-			for _, j := range bt.idx {
-				failed[j] = true
-			}
+	for _, err := range errs {
+		if err != nil {
+			first = err
+			break
 		}
 	}
 	switch {
@@ -489,40 +482,109 @@ func (b *redisBackend) renewGroups(ctx context.Context, rs []renewal) [][]*renew
 	return groups
 }
 
-// renewGroup sends batches in one pipeline and, once every call was answered, sets ok for
-// their renewals. A call given up by its context may still finish: it writes nothing then.
-func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok []bool) error {
-	var vals [][]int64
+// renewGroup sends batches in one pipeline and sets ok for the renewals of every call that
+// was answered, and failed for those of the calls that were not (their outcome is unknown);
+// it returns the first such call's error. Calls fail one by one: a script refused for its
+// slot alone (TRYAGAIN while the slot migrates) costs only that slot's renewals, and those
+// are sent again one key per call, which Redis runs where each key is now (go-redis follows
+// the ASK redirection of a key already moved). A call given up by its context may still
+// finish: it writes nothing then.
+func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok, failed []bool) error {
+	type answer struct {
+		vals []int64
+		err  error
+	}
+	var answers []answer
 	err := b.call(ctx, func(ctx context.Context) error {
-		cmds, err := b.pipeline(ctx, len(batches), func(p redis.Pipeliner, i int, useEval bool) *redis.Cmd {
-			if useEval {
-				return p.Eval(ctx, luaRenew, batches[i].keys, batches[i].args...)
+		send := func(bts []*renewBatch) []answer {
+			cmds, _ := b.pipeline(ctx, len(bts), func(p redis.Pipeliner, i int, useEval bool) *redis.Cmd {
+				if useEval {
+					return p.Eval(ctx, luaRenew, bts[i].keys, bts[i].args...)
+				}
+				return p.EvalSha(ctx, scriptRenew.Hash(), bts[i].keys, bts[i].args...)
+			})
+			got := make([]answer, len(cmds))
+			for i, cmd := range cmds {
+				got[i].vals, got[i].err = cmd.Int64Slice()
 			}
-			return p.EvalSha(ctx, scriptRenew.Hash(), batches[i].keys, batches[i].args...)
-		})
-		if err != nil {
-			return err
+			return got
 		}
-		got := make([][]int64, len(cmds))
-		for i, cmd := range cmds {
-			if got[i], err = cmd.Int64Slice(); err != nil {
-				return err
+		got := send(batches)
+		var single []*renewBatch
+		var from [][2]int // single[k] is renewal from[k][1] of batch from[k][0]
+		for i, a := range got {
+			if !migrating(a.err) || len(batches[i].idx) < 2 {
+				continue
+			}
+			for j := range batches[i].idx {
+				single = append(single, &renewBatch{idx: batches[i].idx[j : j+1], keys: batches[i].keys[j : j+1], args: batches[i].args[2*j : 2*j+2]})
+				from = append(from, [2]int{i, j})
 			}
 		}
-		vals = got
-		return nil
+		if len(single) > 0 {
+			again := send(single)
+			for k, a := range again {
+				i, j := from[k][0], from[k][1]
+				if got[i].vals == nil {
+					got[i].vals = make([]int64, len(batches[i].idx))
+				}
+				if a.err == nil && len(a.vals) == 1 {
+					got[i].vals[j] = a.vals[0]
+				} else {
+					got[i].vals[j] = -1 // unknown: see below
+				}
+			}
+			for _, f := range from {
+				i := f[0]
+				if !slices.Contains(got[i].vals, -1) {
+					got[i].err = nil
+				}
+			}
+		}
+		answers = got
+		for _, a := range got {
+			var rerr redis.Error
+			if a.err == nil || errors.As(a.err, &rerr) {
+				return nil // the store answered (a refusal of one call is an answer)
+			}
+		}
+		if len(got) == 0 {
+			return errors.New("renew: no calls sent")
+		}
+		return got[0].err
 	})
-	if err != nil {
+	var abandoned *inFlightError
+	if errors.As(err, &abandoned) || answers == nil {
+		// The call was given up (it may still be running: answers is not read) or nothing
+		// was sent: every renewal's outcome is unknown.
+		for _, bt := range batches {
+			for _, i := range bt.idx {
+				failed[i] = true
+			}
+		}
 		return err
 	}
+	var first error
 	for i, bt := range batches {
-		for j, v := range vals[i] {
-			if j < len(bt.idx) {
-				ok[bt.idx[j]] = v == 1
+		a := answers[i]
+		for j, idx := range bt.idx {
+			switch {
+			case a.err == nil && j < len(a.vals):
+				ok[idx] = a.vals[j] == 1
+			case a.vals != nil && j < len(a.vals) && a.vals[j] != -1:
+				ok[idx] = a.vals[j] == 1 // answered when sent alone
+			default:
+				failed[idx] = true
+				if first == nil {
+					first = a.err
+					if first == nil {
+						first = errors.New("renewal not answered")
+					}
+				}
 			}
 		}
 	}
-	return nil
+	return first
 }
 
 // isNoScript reports whether the server did not know a script by its SHA (after a restart or
