@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -494,6 +495,7 @@ func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok
 		vals []int64
 		err  error
 	}
+	var sent []*renewBatch // what was answered last for each renewal: batches, or one-key calls
 	var answers []answer
 	err := b.call(ctx, func(ctx context.Context) error {
 		send := func(bts []*renewBatch) []answer {
@@ -510,48 +512,31 @@ func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok
 			return got
 		}
 		got := send(batches)
-		var single []*renewBatch
-		var from [][2]int // single[k] is renewal from[k][1] of batch from[k][0]
-		for i, a := range got {
-			if !migrating(a.err) || len(batches[i].idx) < 2 {
+		var bts, single []*renewBatch
+		var out []answer
+		for i, bt := range batches {
+			if !migrating(got[i].err) || len(bt.idx) < 2 {
+				bts, out = append(bts, bt), append(out, got[i])
 				continue
 			}
-			for j := range batches[i].idx {
-				single = append(single, &renewBatch{idx: batches[i].idx[j : j+1], keys: batches[i].keys[j : j+1], args: batches[i].args[2*j : 2*j+2]})
-				from = append(from, [2]int{i, j})
+			for j := range bt.idx {
+				single = append(single, &renewBatch{idx: bt.idx[j : j+1], keys: bt.keys[j : j+1], args: bt.args[2*j : 2*j+2]})
 			}
 		}
 		if len(single) > 0 {
-			again := send(single)
-			for k, a := range again {
-				i, j := from[k][0], from[k][1]
-				if got[i].vals == nil {
-					got[i].vals = make([]int64, len(batches[i].idx))
-				}
-				if a.err == nil && len(a.vals) == 1 {
-					got[i].vals[j] = a.vals[0]
-				} else {
-					got[i].vals[j] = -1 // unknown: see below
-				}
-			}
-			for _, f := range from {
-				i := f[0]
-				if !slices.Contains(got[i].vals, -1) {
-					got[i].err = nil
-				}
-			}
+			bts, out = append(bts, single...), append(out, send(single)...)
 		}
-		answers = got
-		for _, a := range got {
+		sent, answers = bts, out
+		for _, a := range out {
 			var rerr redis.Error
 			if a.err == nil || errors.As(a.err, &rerr) {
 				return nil // the store answered (a refusal of one call is an answer)
 			}
 		}
-		if len(got) == 0 {
+		if len(out) == 0 {
 			return errors.New("renew: no calls sent")
 		}
-		return got[0].err
+		return out[0].err
 	})
 	var abandoned *inFlightError
 	if errors.As(err, &abandoned) || answers == nil {
@@ -565,22 +550,16 @@ func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok
 		return err
 	}
 	var first error
-	for i, bt := range batches {
+	for i, bt := range sent {
 		a := answers[i]
 		for j, idx := range bt.idx {
-			switch {
-			case a.err == nil && j < len(a.vals):
+			if a.err == nil && j < len(a.vals) {
 				ok[idx] = a.vals[j] == 1
-			case a.vals != nil && j < len(a.vals) && a.vals[j] != -1:
-				ok[idx] = a.vals[j] == 1 // answered when sent alone
-			default:
-				failed[idx] = true
-				if first == nil {
-					first = a.err
-					if first == nil {
-						first = errors.New("renewal not answered")
-					}
-				}
+				continue
+			}
+			failed[idx] = true
+			if first == nil {
+				first = cmp.Or(a.err, errors.New("renewal not answered"))
 			}
 		}
 	}
