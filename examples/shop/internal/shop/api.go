@@ -3,9 +3,11 @@ package shop
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -75,11 +77,12 @@ func readBodyFirst(c *gin.Context) {
 	c.Request.Body = io.NopCloser(bytes.NewReader(body))
 }
 
-// bindJSON decodes the body into v, answering 400 bad_json when it is not valid JSON of
-// the right shape.
+// bindJSON decodes the body into v, answering 400 bad_json when it is not one JSON value of
+// the right shape: anything after it but white space (a second object, a stray bracket) is
+// refused too, since the request would otherwise mean something other than what was sent.
 func bindJSON(c *gin.Context, v any) bool {
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, maxBody)
-	if err := c.ShouldBindJSON(v); err != nil {
+	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody))
+	if err := dec.Decode(v); err != nil || dec.Decode(&json.RawMessage{}) != io.EOF {
 		fail(c, http.StatusBadRequest, codeBadJSON)
 		return false
 	}
@@ -98,7 +101,7 @@ func (a *App) createAccount(c *gin.Context) {
 		return
 	}
 	switch {
-	case req.Owner == "" || len(req.Owner) > 100:
+	case strings.TrimSpace(req.Owner) == "" || len(req.Owner) > 100:
 		fail(c, http.StatusBadRequest, codeInvalidOwner)
 		return
 	case req.Balance < 0:

@@ -33,6 +33,9 @@ func TestContract(t *testing.T) {
 			{"create account, wrong type", "POST", "/api/accounts", `{"owner":"x","balance":"lots"}`, nil, 400, "bad_json"},
 			{"create account, fractional cents", "POST", "/api/accounts", `{"owner":"x","balance":1.5}`, nil, 400, "bad_json"},
 			{"create account, no owner", "POST", "/api/accounts", `{"balance":5}`, nil, 400, "invalid_owner"},
+			{"create account, blank owner", "POST", "/api/accounts", `{"owner":" \t ","balance":5}`, nil, 400, "invalid_owner"},
+			{"create account, trailing data", "POST", "/api/accounts", `{"owner":"x","balance":5} {"owner":"y"}`, nil, 400, "bad_json"},
+			{"create account, trailing garbage", "POST", "/api/accounts", `{"owner":"x","balance":5}]`, nil, 400, "bad_json"},
 			{"create account, negative balance", "POST", "/api/accounts", `{"owner":"x","balance":-1}`, nil, 400, "invalid_balance"},
 			{"get account", "GET", "/api/accounts/" + rich.ID, "", nil, 200, `"balance":10000`},
 			{"get account, unknown", "GET", "/api/accounts/acc_nope", "", nil, 404, "account_not_found"},
@@ -46,6 +49,7 @@ func TestContract(t *testing.T) {
 			{"get order, unknown", "GET", "/api/orders/ord_nope", "", nil, 404, "order_not_found"},
 
 			{"withdraw, bad JSON", "POST", "/api/accounts/" + rich.ID + "/withdraw", `{`, nil, 400, "bad_json"},
+			{"withdraw, two amounts", "POST", "/api/accounts/" + rich.ID + "/withdraw", `{"amount":1}{"amount":5000}`, nil, 400, "bad_json"},
 			{"withdraw, zero", "POST", "/api/accounts/" + rich.ID + "/withdraw", `{"amount":0}`, nil, 400, "invalid_amount"},
 			{"withdraw, negative", "POST", "/api/accounts/" + rich.ID + "/withdraw", `{"amount":-100}`, nil, 400, "invalid_amount"},
 			{"withdraw, unknown account", "POST", "/api/accounts/acc_nope/withdraw", `{"amount":100}`, nil, 404, "account_not_found"},
