@@ -201,6 +201,16 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 	if lost := lk.Err(); errors.Is(lost, dlock.ErrLockLost) {
 		_ = lk.Release(rctx) // reports the same loss; nothing is left to free
 		return m.lost(ctx, task, keyHash, lost, herr, span)
+	} else if lost != nil {
+		// The handler ended the hold itself, with Complete (its own record, which later
+		// duplicates are acknowledged by) or Release on the lock FromContext gives it, as
+		// dlock allows: nothing is left to free or to record.
+		if herr == nil && m.cfg.done {
+			m.log.DebugContext(ctx, "asynqlock: the handler ended its hold itself; no done marker added",
+				"task_type", task.Type(), "key_hash", keyHash)
+		}
+		span.end(OutcomeObtained, handlerFailure(herr))
+		return herr
 	}
 
 	if herr == nil && m.cfg.done {
@@ -226,10 +236,7 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 		return nil
 	}
 
-	var spanErr error // what the span reports: a failure of the handler, then of the release
-	if herr != nil && IsFailure(herr) {
-		spanErr = herr
-	}
+	spanErr := handlerFailure(herr) // what the span reports: a failure of the handler, then of the release
 	if err := lk.Release(rctx); err != nil {
 		if errors.Is(err, dlock.ErrLockLost) {
 			// Lost before the watchdog noticed: the handler may not have run alone.
@@ -248,6 +255,14 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 	}
 	span.end(OutcomeObtained, spanErr)
 	return herr
+}
+
+// handlerFailure is herr when it is a failure the span reports (IsFailure), else nil.
+func handlerFailure(herr error) error {
+	if herr != nil && IsFailure(herr) {
+		return herr
+	}
+	return nil
 }
 
 // lost is the task's error when its lease was lost while the handler ran: it wraps lockErr
