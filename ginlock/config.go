@@ -69,13 +69,18 @@ func newConfig(opts []Option) config {
 	return cfg
 }
 
+// statusClientClosed is nginx's 499 Client Closed Request, which grpc-gateway also gives for
+// a cancelled call: the client left before the answer, which reports that and no result.
+const statusClientClosed = 499
+
 // defaultStorable stores what a retry would get again: 2xx, 3xx (a 303 after a POST points
-// at what it made) and 4xx, except 304 and the 4xx that say "not now" (408, 409, 425, 429):
-// replaying those would keep the key from ever running.
+// at what it made) and 4xx, except 304 and the 4xx that say "not now" (408, 409, 425, 429,
+// and 499, the client left): replaying those would keep the key from ever running.
 func defaultStorable(status int) bool {
 	switch status {
 	case http.StatusNotModified, // an answer to the request's own validators, not a result
-		http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+		http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests,
+		statusClientClosed:
 		return false
 	}
 	return status >= 200 && status < 500
@@ -117,7 +122,7 @@ func WithoutReplay() Option {
 }
 
 // WithReplayStatuses sets which statuses of the handler's response are stored for replay.
-// Default: every 2xx, 3xx and 4xx except 304 and 408, 409, 425, 429 (transient: the retry
+// Default: every 2xx, 3xx and 4xx except 304 and 408, 409, 425, 429 and 499 (transient: the retry
 // they invite must run); 5xx are not stored either, so the client's retry runs the handler again.
 // A nil f restores the default. Whatever f says, a response that a ginlock middleware
 // nested inside this one made itself (400, 409, 413, 422, 503) is never stored.

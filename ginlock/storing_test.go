@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -210,8 +211,9 @@ func TestDefaultReplayStatuses(t *testing.T) {
 		{http.StatusConflict, false},
 		{http.StatusTooEarly, false},
 		{http.StatusTooManyRequests, false},
+		{499, false}, // Client Closed Request: a handler that saw its client leave
 	} {
-		t.Run(http.StatusText(tc.status), func(t *testing.T) {
+		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
 			r := router()
 			var runs atomic.Int32
 			r.POST("/orders", ginlock.New(e.locks, payKey), func(c *gin.Context) {
