@@ -34,11 +34,16 @@ type Client struct {
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a *redis.ClusterClient
 // (keys of one lock share a hash tag; waiters use sharded pub/sub) or a failover client. It does
 // not take ownership of rdb. See docs/dlock.md for the rdb settings that matter
-// (ContextTimeoutEnabled, ReadTimeout, ClusterStateReloadInterval). It panics if rdb is nil,
-// a programming error found at start-up rather than at the first Acquire.
+// (ContextTimeoutEnabled, ReadTimeout, ClusterStateReloadInterval). It panics if rdb is nil
+// or a *redis.Ring, programming errors found at start-up rather than at the first Acquire: a
+// Ring spreads keys over servers that know nothing of each other, so a lock's renewal, which
+// covers many locks in one call, and its waiters' channel would reach the wrong server.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		panic("dlock: New with a nil Redis client")
+	}
+	if _, ok := rdb.(*redis.Ring); ok {
+		panic("dlock: New with a *redis.Ring, which is not supported: use a *redis.Client, a failover client or a *redis.ClusterClient")
 	}
 	cfg := config{lease: DefaultLease, retry: DefaultRetryInterval, prefix: DefaultPrefix}
 	for _, o := range opts {

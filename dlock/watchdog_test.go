@@ -264,6 +264,20 @@ func TestNewNilClientPanics(t *testing.T) {
 	}
 }
 
+// New refuses a *redis.Ring at start-up: a Ring shards keys over independent servers, so the
+// watchdog's batched renewal and the waiters' channel would reach the wrong one, and locks
+// would be reported lost at their first renewal.
+func TestNewRingPanics(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
+	defer func() { _ = ring.Close() }()
+	defer func() {
+		if p := recover(); p == nil || !strings.Contains(fmt.Sprint(p), "*redis.Ring") {
+			t.Errorf("New(ring) panic %v, want one naming *redis.Ring", p)
+		}
+	}()
+	_ = dlock.New(ring).Close()
+}
+
 func TestFixedTTLAndRefresh(t *testing.T) {
 	_, rdb, c := setup(t)
 	ctx := testContext(t, 10*time.Second)
