@@ -102,7 +102,9 @@ type rejectedKey struct{}
 
 // FromContext returns the lock the innermost ginlock middleware holds for the current request,
 // for its fencing token (dlock.Lock.Token) or key, as dlock.FromContext and
-// asynqlock.FromContext do for a context. ok is false outside the handler chain of a locked
+// asynqlock.FromContext do for a context. A handler may Release it to let the next request
+// for the key in before it finishes (a slow rendering): the middleware then has nothing to
+// release, and with replay nothing is stored, so a retry runs the handler again. ok is false outside the handler chain of a locked
 // request (skipped, fail-open, or after the middleware returned).
 func FromContext(c *gin.Context) (lk *dlock.Lock, ok bool) {
 	v, _ := c.Get(lockKey{})
@@ -292,7 +294,16 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	// Not the request's cancellation: a client that went away must not leave the lock held
 	// until its lease ends. dlock bounds a release whose context cannot end.
 	ctx := context.WithoutCancel(origCtx)
-	if lost := lock.Err(); lost != nil {
+	if lost := lock.Err(); lost != nil && !errors.Is(lost, dlock.ErrLockLost) {
+		// The handler ended the hold itself (Release on the lock FromContext gives it, to let
+		// the next request in before a slow rendering): the key is free already, and with
+		// replay its response can no longer be stored with the release.
+		if rec != nil {
+			m.cfg.log.WarnContext(origCtx, "ginlock: the handler ended the hold itself; response not stored, a retry runs the handler again",
+				"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath())
+		}
+		return
+	} else if lost != nil {
 		m.cfg.log.WarnContext(origCtx, "ginlock: lock lost while the handler ran; response not stored",
 			"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath(), "error", lost)
 		// A status of its own (c.Status(201), a redirect) is an answer even without a body.
