@@ -90,12 +90,17 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 		var err error
 		lis, err = c.be.listen(ctx, r.key, r.owner)
 		switch {
-		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
+		case err != nil && ctx.Err() != nil:
+			// The context ended while the subscription was being made (its connection dialled,
+			// SUBSCRIBE sent): as any wait that ends between looks, unless Redis fell silent.
 			start := time.Now()
 			left := c.cleanup(ctx, r, nil)
-			err = c.waitErr(ctx, err)
+			err = c.waitEnded(ctx, r.key)
 			c.awaitLeave(left, start)
 			return err
+		case errors.Is(err, ErrClosed):
+			c.cleanup(ctx, r, nil) // Close waits for it
+			return ErrClosed
 		case err != nil:
 			// No subscription (its connection cannot be made, while commands go through):
 			// the wait goes on by looking every retry interval. A Redis that is down shows

@@ -3,7 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,6 +144,7 @@ func TestNoProbeDuringClose(t *testing.T) {
 // look only every retry interval, so that look says nothing of the store now. With Redis
 // answering, the same wait ran out: ErrNotObtained.
 func TestStoreSilentBetweenLooksIsUnavailable(t *testing.T) {
+	t.Run("at the subscription", testStoreSilentAtSubscription)
 	for _, tc := range []struct {
 		name  string
 		fault func(context.Context, *redistest.Server) error
@@ -190,5 +193,52 @@ func TestStoreSilentBetweenLooksIsUnavailable(t *testing.T) {
 				t.Errorf("Redis %s: err = %v (ErrNotObtained=%v, ErrUnavailable=%v); want ErrUnavailable, not a busy lock", tc.name, err, busy, down)
 			}
 		})
+	}
+}
+
+// Redis falls silent (CLIENT PAUSE) just after the waiter's first look found the lock busy,
+// as the waiter's Client dials its pub/sub connection, and the wait's context ends while the
+// subscription is still being made: ErrUnavailable and the context's error, as between
+// looks, not a busy lock.
+func testStoreSilentAtSubscription(t *testing.T) {
+	srv, rdb, _ := setup(t)
+	var pauseAtDial atomic.Bool
+	wrdb := srv.Client(t, func(o *redis.Options) {
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if pauseAtDial.CompareAndSwap(true, false) {
+				if err := srv.Pause(context.Background(), 3*time.Second); err != nil {
+					return nil, err
+				}
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	ctx := testContext(t, 20*time.Second)
+	if err := wrdb.Ping(ctx).Err(); err != nil { // the pool's connection for the looks
+		t.Fatal(err)
+	}
+	waiter := newClient(t, wrdb)
+	key := uniqueKey(t)
+	held, err := newClient(t, rdb).Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+
+	pauseAtDial.Store(true) // the waiter's next dial is its pub/sub connection
+	wctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond)
+	defer cancel()
+	lk, err := waiter.Acquire(wctx, key)
+	if pauseAtDial.Load() {
+		t.Fatal("the waiter dialled no pub/sub connection")
+	}
+	if err == nil {
+		_ = lk.Release(ctx)
+		t.Fatal("obtained a held lock")
+	}
+	busy, down := errors.Is(err, dlock.ErrNotObtained), errors.Is(err, dlock.ErrUnavailable)
+	if !errors.Is(err, context.DeadlineExceeded) || busy || !down {
+		t.Errorf("Redis paused at the subscription: err = %v (ErrNotObtained=%v, ErrUnavailable=%v); want ErrUnavailable and the context's error", err, busy, down)
 	}
 }
