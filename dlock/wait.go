@@ -233,13 +233,6 @@ func (c *Client) settled(g *grant, r acquireRequest, res acquireResult) (bool, e
 	return false, nil
 }
 
-// waitErr makes an error that ended a wait match the context's error too when ctx ended.
-func (c *Client) waitErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return &waitError{ctxErr: ctx.Err()}
-	}
-	return err
-}
 
 // storeSilence is how long a look at the lock must have gone unanswered, with no other call
 // of the Client answered meanwhile, when the wait's context ended, for the end to be put
