@@ -233,7 +233,6 @@ func (c *Client) settled(g *grant, r acquireRequest, res acquireResult) (bool, e
 	return false, nil
 }
 
-
 // storeSilence is how long a look at the lock must have gone unanswered, with no other call
 // of the Client answered meanwhile, when the wait's context ended, for the end to be put
 // down to the store rather than to a busy lock. Redis answers a look in well under a
