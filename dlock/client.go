@@ -118,8 +118,9 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOpti
 }
 
 // Do runs fn while holding the lock for key: it acquires (waiting as Acquire does), calls fn
-// with a context that carries the lock and is cancelled if the lock is lost, and releases,
-// also when fn panics (the panic is then re-raised). It returns fn's error, else the error of
+// with a context that carries the lock and is cancelled if the lock is lost (and, with cause
+// ErrNotHeld, when Do returns), and releases, also when fn panics (the panic is then
+// re-raised). It returns fn's error, else the error of
 // the release (matching ErrLockLost if the lock was lost while fn ran). When fn failed and the
 // lock was lost too (fn typically returns its context's error once the loss cancels it), the
 // error matches both fn's error and ErrLockLost, so the loss is never hidden behind

@@ -165,6 +165,24 @@ func (l *lease) bind(b bound) {
 	l.mu.Unlock()
 }
 
+// unbind ends, with cause ErrNotHeld, the contexts WithLock made for the hold lk, and drops
+// them. The lease's end ends every context anyway.
+func (l *lease) unbind(lk *Lock) {
+	var ended []bound
+	l.mu.Lock()
+	l.bound = slices.DeleteFunc(l.bound, func(b bound) bool {
+		if b.lk == lk {
+			ended = append(ended, b)
+			return true
+		}
+		return false
+	})
+	l.mu.Unlock()
+	for _, b := range ended {
+		b.cancel(ErrNotHeld)
+	}
+}
+
 // boundFrom returns the live context WithLock made from ctx for lk, or nil. ctx must be of
 // a comparable type.
 func (l *lease) boundFrom(ctx context.Context, lk *Lock) context.Context {
@@ -262,6 +280,9 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 	}
 	lk.released = true
 	lk.mu.Unlock()
+	// The contexts WithLock made for this hold end with it, also while other holds keep the
+	// lease: a loop of nested holds (Do under a long-held lock) keeps nothing per hold.
+	defer l.unbind(lk)
 
 	l.mu.Lock()
 	l.holds--
@@ -461,8 +482,9 @@ type held struct {
 	next *held
 }
 
-// WithLock returns a context that carries lk and ends when ctx ends or the lease of lk ends;
-// its cause is then ErrLockLost (lost) or ErrNotHeld (released). It ends in the goroutine that
+// WithLock returns a context that carries lk and ends when ctx ends, when lk is released, or
+// when the lease of lk ends (a re-entrant hold shares its lease with the outer one); its cause
+// is then ErrLockLost (lost) or ErrNotHeld (released). It ends in the goroutine that
 // ends the lease, without a goroutine of its own: once the Release that ends the lease has
 // returned, the context is done. Acquire of the same key on the same Client with this context
 // re-enters lk instead of waiting for it. Give this context to the work done under the lock,

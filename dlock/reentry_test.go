@@ -250,6 +250,65 @@ func TestWithLockEndsWithRelease(t *testing.T) {
 	wantDone(t, dlock.WithLock(ctx, lk), dlock.ErrNotHeld, "WithLock of a released lock")
 }
 
+// A re-entrant hold's WithLock context ends when that hold is released, though the outer
+// hold keeps the lease; the outer hold's context goes on. So Do nested under a long-held lock
+// (a leader running each unit of work with Do on its key) gives fn a context that is done
+// when Do returns, and keeps nothing per call.
+func TestInnerHoldContextEndsWithItsRelease(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = outer.Release(ctx) }()
+	octx := dlock.WithLock(ctx, outer)
+
+	inner, err := c.Acquire(octx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ictx := dlock.WithLock(octx, inner)
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantDone(t, ictx, dlock.ErrNotHeld, "the inner hold's context after its release")
+	if octx.Err() != nil || outer.Err() != nil || outer.HoldCount() != 1 {
+		t.Fatalf("outer context %v, lock %v, %d holds: want the outer hold live", octx.Err(), outer.Err(), outer.HoldCount())
+	}
+
+	var fnCtx context.Context
+	unit := func(ctx context.Context) error {
+		fnCtx = ctx
+		if lk, ok := dlock.FromContext(ctx); !ok || lk.Token() != outer.Token() || lk.HoldCount() != 2 {
+			t.Fatal("fn does not run under a re-entrant hold of the outer lock")
+		}
+		return nil
+	}
+	if err := c.Do(octx, key, unit); err != nil {
+		t.Fatal(err)
+	}
+	wantDone(t, fnCtx, dlock.ErrNotHeld, "fn's context when Do returned")
+
+	for range 1000 {
+		_ = c.Do(octx, key, unit)
+	}
+	before := heapAlloc()
+	const n = 20_000
+	for range n {
+		if err := c.Do(octx, key, unit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if per := float64(int64(heapAlloc())-int64(before)) / n; per > 32 {
+		t.Errorf("each Do under the long-held lock keeps %.0f bytes until the outer release", per)
+	}
+	if octx.Err() != nil || outer.HoldCount() != 1 {
+		t.Fatalf("outer context %v, %d holds after the units", octx.Err(), outer.HoldCount())
+	}
+}
+
 // A nested Acquire with SkipCompleted answers the completion record as a first acquisition
 // does, without adding a hold: an outer layer that locks the key without asking about
 // records must not make the inner layer's check disappear.
