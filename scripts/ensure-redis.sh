@@ -3,26 +3,40 @@
 # throwaway servers on ports 20000-22767 and never use one on 6379.
 set -euo pipefail
 
-# found NAME VAR: the binary named by the environment variable VAR (as the test harness
-# reads it), or NAME on the PATH.
+# The test harness looks REDIS_SERVER_BIN and REDIS_CLI_BIN up as names on the PATH or
+# absolute paths; it runs in each package's own directory, where a relative path would not
+# resolve.
+for var in REDIS_SERVER_BIN REDIS_CLI_BIN; do
+	case "${!var:-}" in
+	/* | "") ;;
+	*/*)
+		echo "lockguard: $var=${!var}: give a name on the PATH or an absolute path" >&2
+		exit 1
+		;;
+	esac
+done
+
+# found NAME VAR: the binary named by the environment variable VAR, or NAME, is on the PATH
+# (or, given as an absolute path, is there).
 found() {
-	if [ -n "${!2:-}" ]; then
-		[ -x "${!2}" ]
-	else
-		command -v "$1" >/dev/null 2>&1
-	fi
+	command -v "${!2:-$1}" >/dev/null 2>&1
 }
 
-have_redis() {
-	found redis-server REDIS_SERVER_BIN && found redis-cli REDIS_CLI_BIN
+# missing lists what is not found, by name, space separated.
+missing() {
+	local out=""
+	found redis-server REDIS_SERVER_BIN || out="${REDIS_SERVER_BIN:-redis-server}"
+	found redis-cli REDIS_CLI_BIN || out="${out:+$out }${REDIS_CLI_BIN:-redis-cli}"
+	echo "$out"
 }
 
-if have_redis; then
+if [ -z "$(missing)" ]; then
 	exit 0
 fi
 
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-	echo "lockguard: redis-server is required. Install it with: sudo apt-get install redis-server redis-tools" >&2
+	echo "lockguard: $(missing) not found; the tests and the demo start their own Redis." >&2
+	echo "Install it with: sudo apt-get install redis-server redis-tools" >&2
 	exit 1
 fi
 
@@ -32,8 +46,8 @@ apt-get update
 # containers) that fails harmlessly, and if it does start, the tests leave it alone.
 DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server redis-tools
 
-if ! have_redis; then
-	echo "lockguard: redis-server or redis-cli still missing after apt-get install" >&2
+if [ -n "$(missing)" ]; then
+	echo "lockguard: $(missing) still missing after apt-get install" >&2
 	exit 1
 fi
 redis-server --version >&2
