@@ -249,7 +249,8 @@ func (lk *Lock) Err() error {
 // the last one frees the lock there if Redis has it as ours), and an error matching
 // ErrUnavailable when Redis could not be reached; in that last case the lock is no longer
 // renewed and expires at the end of its lease, or, for a hold that was not the last, the
-// hold is taken off in the background so the other holds' release still frees the key. Pass
+// hold is taken off in the background (tried again until Redis answers, while the lease
+// lasts) so the other holds' release still frees the key. Pass
 // context.WithoutCancel of an ended context to release anyway: a context that cannot end is
 // bounded by the Redis client's timeouts, or by 5 s when it has none (ReadTimeout -1).
 func (lk *Lock) Release(ctx context.Context) error {

@@ -312,24 +312,47 @@ func atDeadline(ctx context.Context, err error) bool {
 // deletes that entry (it is not the last hold: the outer one remains).
 // If that was the last hold in Redis (the others were released meanwhile), the lock is free
 // and the lease ends.
+//
+// The call that failed usually failed because Redis did: the removal is tried again, less
+// and less often (from dropRetry up to a third of the lease), while the lease lasts and the
+// Client is open. A hold left in Redis would keep the key locked after the release of every
+// hold the caller knows of, until the lease ran out.
 func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure error) {
 	c.wd.background(func() {
 		afterInFlight(failure)
-		cctx, cancel := c.releaseContext(ctx)
-		defer cancel()
-		res, err := c.be.release(cctx, releaseRequest{key: l.key, owner: l.owner, entry: entry})
-		switch {
-		case err != nil:
-			c.log.Warn("dlock: removing a hold after a failed re-entry failed; it goes with the lock",
-				"key_hash", KeyHash(l.key), "err", err)
-		case res.owned && res.left == 0:
-			if res.next.owner != "" {
-				c.be.deliver(l.key, res.next)
+		delay := dropRetry
+		for {
+			cctx, cancel := c.releaseContext(ctx)
+			res, err := c.be.release(cctx, releaseRequest{key: l.key, owner: l.owner, entry: entry})
+			cancel()
+			if err == nil {
+				if res.owned && res.left == 0 {
+					if res.next.owner != "" {
+						c.be.deliver(l.key, res.next)
+					}
+					l.end(ErrNotHeld)
+				}
+				return
 			}
-			l.end(ErrNotHeld)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-l.ctx.Done():
+			case <-c.closing:
+			}
+			t.Stop()
+			if l.err() != nil || c.closed.Load() {
+				c.log.Warn("dlock: removing a hold after a failed call failed; it goes with the lock",
+					"key_hash", KeyHash(l.key), "err", err)
+				return
+			}
+			delay = min(2*delay, max(l.ttl/3, dropRetry))
 		}
 	})
 }
+
+// dropRetry is the first pause before dropHold tries again.
+const dropRetry = 20 * time.Millisecond
 
 // cleanup takes an owner out of line and passes on a lock handed to it, in the background:
 // ctx may have ended already. When the call that failed with failure is still in flight, the
