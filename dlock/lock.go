@@ -147,15 +147,23 @@ func (l *lease) end(cause error) bool {
 	return true
 }
 
-// bind makes b.ctx (with b.cancel) end when the lease ends, or ends it now if the lease has
-// ended already. Contexts that ended on their own are dropped as the list grows, so a lease
-// held for long by many short requests keeps only the live ones.
+// bind makes b.ctx (with b.cancel) end when the lease ends, or when the hold b.lk is
+// released (see unbind), or ends it now if either happened already. Contexts that ended on
+// their own are dropped as the list grows, so a lease held for long by many short requests
+// keeps only the live ones.
 func (l *lease) bind(b bound) {
 	l.mu.Lock()
 	if l.ended {
 		cause := l.cause
 		l.mu.Unlock()
 		b.cancel(cause)
+		return
+	}
+	// Checked under l.mu: a release marks its hold released before its unbind takes l.mu,
+	// so a context bound here is either seen released now or dropped by that unbind.
+	if b.lk != nil && b.lk.isReleased() {
+		l.mu.Unlock()
+		b.cancel(ErrNotHeld)
 		return
 	}
 	if len(l.bound) == cap(l.bound) {
@@ -240,6 +248,13 @@ func (lk *Lock) Err() error {
 		return ErrNotHeld
 	}
 	return nil
+}
+
+// isReleased reports whether this hold was released.
+func (lk *Lock) isReleased() bool {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.released
 }
 
 // Release releases this hold. The key is freed (and handed to the next waiter, if any) when

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -274,6 +275,7 @@ func TestInnerHoldContextEndsWithItsRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantDone(t, ictx, dlock.ErrNotHeld, "the inner hold's context after its release")
+	wantDone(t, dlock.WithLock(octx, inner), dlock.ErrNotHeld, "WithLock of the released inner hold")
 	if octx.Err() != nil || outer.Err() != nil || outer.HoldCount() != 1 {
 		t.Fatalf("outer context %v, lock %v, %d holds: want the outer hold live", octx.Err(), outer.Err(), outer.HoldCount())
 	}
@@ -381,5 +383,47 @@ func TestErrorTextsHideKey(t *testing.T) {
 		if strings.Contains(err.Error(), "alice") {
 			t.Errorf("error text %q holds the key", err)
 		}
+	}
+}
+
+// WithLock calls racing with the release of a re-entrant hold: every context made for that
+// hold is done once Release has returned, whichever came first.
+func TestWithLockRacingInnerRelease(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 20*time.Second)
+	key := uniqueKey(t)
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = outer.Release(ctx) }()
+	octx := dlock.WithLock(ctx, outer)
+	for range 20 {
+		inner, err := c.Acquire(octx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		made := make(chan context.Context, 200)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					made <- dlock.WithLock(octx, inner)
+				}
+			}()
+		}
+		if err := inner.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(made)
+		for wctx := range made {
+			wantDone(t, wctx, dlock.ErrNotHeld, "a WithLock context of the released inner hold")
+		}
+	}
+	if octx.Err() != nil || outer.HoldCount() != 1 {
+		t.Fatalf("outer context %v, %d holds", octx.Err(), outer.HoldCount())
 	}
 }

@@ -104,7 +104,9 @@ type rejectedKey struct{}
 // for its fencing token (dlock.Lock.Token) or key, as dlock.FromContext and
 // asynqlock.FromContext do for a context. A handler may Release it to let the next request
 // for the key in before it finishes (a slow rendering): the middleware then has nothing to
-// release, and with replay nothing is stored, so a retry runs the handler again. ok is false outside the handler chain of a locked
+// release, and with replay nothing is stored, so a retry runs the handler again. The request's
+// context carries the lock and ends with that release: work after it needs a context taken
+// before, without the lock's cancellation (context.WithoutCancel). ok is false outside the handler chain of a locked
 // request (skipped, fail-open, or after the middleware returned).
 func FromContext(c *gin.Context) (lk *dlock.Lock, ok bool) {
 	v, _ := c.Get(lockKey{})

@@ -2,6 +2,8 @@ package ginlock_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/ginlock"
 )
 
@@ -45,8 +48,12 @@ func TestHandlerReleasesItsOwnHold(t *testing.T) {
 					t.Error("no lock in the handler")
 					return
 				}
+				slow := context.WithoutCancel(c.Request.Context()) // taken before the release, as documented
 				if err := lk.Release(c); err != nil {
 					t.Errorf("release: %v", err)
+				}
+				if cause := context.Cause(c.Request.Context()); !errors.Is(cause, dlock.ErrNotHeld) || slow.Err() != nil {
+					t.Errorf("after the handler's release: request context cause %v, slow context %v; want ErrNotHeld and live", cause, slow.Err())
 				}
 				if tc.write {
 					c.JSON(http.StatusCreated, gin.H{"statement": 7})

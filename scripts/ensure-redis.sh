@@ -17,9 +17,16 @@ for var in REDIS_SERVER_BIN REDIS_CLI_BIN; do
 done
 
 # found NAME VAR: the binary named by the environment variable VAR, or NAME, is on the PATH
-# (or, given as an absolute path, is there).
+# (or, given as an absolute path, is there), as an executable file at an absolute path: the
+# harness's exec.LookPath refuses a file without the execute bit and a match found through
+# a relative PATH entry, which bash's command -v would accept.
 found() {
-	command -v "${!2:-$1}" >/dev/null 2>&1
+	local p
+	p="$(command -v "${!2:-$1}" 2>/dev/null)" || return 1
+	case "$p" in
+	/*) [ -f "$p" ] && [ -x "$p" ] ;;
+	*) return 1 ;;
+	esac
 }
 
 # missing lists what is not found, by name, space separated.

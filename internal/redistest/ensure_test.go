@@ -11,7 +11,8 @@ import (
 // ensureEnv is a PATH for scripts/ensure-redis.sh made of links to the tools it needs, a
 // fake id that prints uid, a fake apt-get that only logs its arguments to the returned
 // file, and links to redis-server and redis-cli under the names given in bins (name ->
-// real binary). The real apt-get is never on it.
+// real binary; "" makes a file of that name without the execute bit). The real apt-get is
+// never on it.
 func ensureEnv(t *testing.T, uid string, bins map[string]string) (path, aptLog string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -36,6 +37,12 @@ func ensureEnv(t *testing.T, uid string, bins map[string]string) (path, aptLog s
 		link(tool, tool)
 	}
 	for name, target := range bins {
+		if target == "" { // a file of that name, not executable
+			if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		link(name, target)
 	}
 	return dir, aptLog
@@ -66,6 +73,7 @@ func TestEnsureRedisScript(t *testing.T) {
 		{"missing as a user", "1000", nil, nil, false, false, []string{"redis-server redis-cli not found", "sudo apt-get install redis-server redis-tools"}},
 		{"cli missing as a user", "1000", map[string]string{"redis-server": "redis-server"}, nil, false, false, []string{"lockguard: redis-cli not found"}},
 		{"missing as root", "0", nil, nil, false, true, []string{"installing", "redis-server redis-cli still missing after apt-get install"}},
+		{"not executable", "1000", map[string]string{"redis-cli": "redis-cli", "redis-server": ""}, nil, false, false, []string{"lockguard: redis-server not found"}},
 		{"relative path", "0", renamed, []string{"REDIS_SERVER_BIN=./bin/redis-server"}, false, false, []string{"REDIS_SERVER_BIN=./bin/redis-server: give a name on the PATH or an absolute path"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
