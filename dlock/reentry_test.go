@@ -256,15 +256,7 @@ func TestWithLockEndsWithRelease(t *testing.T) {
 // (a leader running each unit of work with Do on its key) gives fn a context that is done
 // when Do returns, and keeps nothing per call.
 func TestInnerHoldContextEndsWithItsRelease(t *testing.T) {
-	_, _, c := setup(t)
-	ctx := testContext(t, 20*time.Second)
-	key := uniqueKey(t)
-	outer, err := c.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = outer.Release(ctx) }()
-	octx := dlock.WithLock(ctx, outer)
+	c, ctx, key, outer, octx := holdOuter(t)
 
 	inner, err := c.Acquire(octx, key)
 	if err != nil {
@@ -389,15 +381,7 @@ func TestErrorTextsHideKey(t *testing.T) {
 // WithLock calls racing with the release of a re-entrant hold: every context made for that
 // hold is done once Release has returned, whichever came first.
 func TestWithLockRacingInnerRelease(t *testing.T) {
-	_, _, c := setup(t)
-	ctx := testContext(t, 20*time.Second)
-	key := uniqueKey(t)
-	outer, err := c.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = outer.Release(ctx) }()
-	octx := dlock.WithLock(ctx, outer)
+	c, ctx, key, outer, octx := holdOuter(t)
 	for range 20 {
 		inner, err := c.Acquire(octx, key)
 		if err != nil {
@@ -426,4 +410,19 @@ func TestWithLockRacingInnerRelease(t *testing.T) {
 	if octx.Err() != nil || outer.HoldCount() != 1 {
 		t.Fatalf("outer context %v, %d holds", octx.Err(), outer.HoldCount())
 	}
+}
+
+// holdOuter acquires a key for the test, released at its end, and returns it with the
+// context that carries it, for re-entrant holds.
+func holdOuter(t *testing.T) (c *dlock.Client, ctx context.Context, key string, outer *dlock.Lock, octx context.Context) {
+	t.Helper()
+	_, _, c = setup(t)
+	ctx = testContext(t, 20*time.Second)
+	key = uniqueKey(t)
+	outer, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = outer.Release(context.Background()) })
+	return c, ctx, key, outer, dlock.WithLock(ctx, outer)
 }
