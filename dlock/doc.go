@@ -37,7 +37,9 @@
 //     give the lock to someone else. A wait whose context ends while Redis does not answer
 //     (checked by a bounded probe) reports ErrUnavailable, not a busy lock.
 //   - Re-entry: an Acquire of the same key on the same Client with a context from WithLock adds
-//     a hold (a field in the lock's Redis hash) instead of deadlocking.
+//     a hold (a field in the lock's Redis hash) instead of deadlocking. A context WithLock made
+//     for a hold ends when that hold is released, so Do nested under a long-held lock keeps
+//     nothing per call.
 //   - Fencing tokens: every new lease of a key gets a token above every earlier one, also after
 //     the lock expired, was deleted, Redis lost its data, or a replica that missed the last
 //     grants was promoted, as long as the server clock does not step back (tokens follow it).
