@@ -1,11 +1,9 @@
 package asynqlock_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,27 +11,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/lockguard/lockguard/asynqlock"
+	"github.com/lockguard/lockguard/internal/locktest"
 	"github.com/lockguard/lockguard/internal/oteltest"
 	"github.com/lockguard/lockguard/keyfunc"
 )
-
-// syncLog is a log destination handlers may write to from several goroutines.
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A handler may end its hold itself, with Complete or Release on the lock FromContext gives
 // it, as dlock allows: the middleware then has nothing to free or record. It logs no
@@ -68,7 +49,7 @@ func TestHandlerEndsItsOwnHold(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := oteltest.New(t)
 			e := newEnv(t)
-			var logs syncLog
+			var logs locktest.LogBuffer
 			opts := []asynqlock.Option{
 				asynqlock.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))),
 				asynqlock.WithTracerProvider(o.TP), asynqlock.WithMeterProvider(o.MP),

@@ -1,15 +1,14 @@
 package dlock_test
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/locktest"
 )
 
 func TestClose(t *testing.T) {
@@ -84,26 +83,8 @@ func TestPrefix(t *testing.T) {
 	_ = lb.Release(ctx)
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestLoggerReportsLoss(t *testing.T) {
-	var buf syncBuffer
+	var buf locktest.LogBuffer
 	_, rdb, _ := setup(t)
 	c := newClient(t, rdb, dlock.WithLease(300*time.Millisecond),
 		dlock.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))

@@ -267,7 +267,7 @@ func TestRaceWithLastReleaseIsNoLoss(t *testing.T) {
 		}, dlock.ErrNotObtained},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var log syncBuffer
+			var log locktest.LogBuffer
 			_, rdb, _ := setup(t)
 			c := newClient(t, rdb, dlock.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
 			ctx := testContext(t, 60*time.Second)
