@@ -106,8 +106,8 @@ type rejectedKey struct{}
 // for the key in before it finishes (a slow rendering): the middleware then has nothing to
 // release, and with replay nothing is stored, so a retry runs the handler again. The request's
 // context carries the lock and ends with that release: work after it needs a context taken
-// before, without the lock's cancellation (context.WithoutCancel). ok is false outside the handler chain of a locked
-// request (skipped, fail-open, or after the middleware returned).
+// before, without the lock's cancellation (context.WithoutCancel). ok is false outside the
+// handler chain of a locked request (skipped, fail-open, or after the middleware returned).
 func FromContext(c *gin.Context) (lk *dlock.Lock, ok bool) {
 	v, _ := c.Get(lockKey{})
 	lk, _ = v.(*dlock.Lock)
@@ -296,16 +296,7 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	// Not the request's cancellation: a client that went away must not leave the lock held
 	// until its lease ends. dlock bounds a release whose context cannot end.
 	ctx := context.WithoutCancel(origCtx)
-	if lost := lock.Err(); lost != nil && !errors.Is(lost, dlock.ErrLockLost) {
-		// The handler ended the hold itself (Release on the lock FromContext gives it, to let
-		// the next request in before a slow rendering): the key is free already, and with
-		// replay its response can no longer be stored with the release.
-		if rec != nil {
-			m.cfg.log.WarnContext(origCtx, "ginlock: the handler ended the hold itself; response not stored, a retry runs the handler again",
-				"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath())
-		}
-		return
-	} else if lost != nil {
+	if lost := lock.Err(); errors.Is(lost, dlock.ErrLockLost) {
 		m.cfg.log.WarnContext(origCtx, "ginlock: lock lost while the handler ran; response not stored",
 			"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath(), "error", lost)
 		// A status of its own (c.Status(201), a redirect) is an answer even without a body.
@@ -319,6 +310,15 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 		// Lost on our clock, which runs ahead of Redis's: Redis may still have the lock as
 		// ours. The release frees it there (it checks the owner); it reports the loss again.
 		_ = lock.Release(ctx)
+		return
+	} else if lost != nil {
+		// The handler ended the hold itself (Release on the lock FromContext gives it, to let
+		// the next request in before a slow rendering): the key is free already, and with
+		// replay its response can no longer be stored with the release.
+		if rec != nil {
+			m.cfg.log.WarnContext(origCtx, "ginlock: the handler ended the hold itself; response not stored, a retry runs the handler again",
+				"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath())
+		}
 		return
 	}
 	// A chain that panicked after its response started may have done its work: with gin's
