@@ -37,8 +37,8 @@ func Wrap(h asynq.Handler, client *dlock.Client, key *keyfunc.Func, opts ...Opti
 
 // FromContext returns the lock the middleware holds for the task running with ctx: its
 // Token is a fencing token to pass to the store the handler writes to. The handler may end
-// the hold itself, with Complete (its record then answers later duplicates, in place of the
-// done marker) or Release: the middleware then has nothing left to free or record, and
+// the hold itself, with Complete (with WithDoneMarker its record then acknowledges later
+// duplicates, in place of the marker) or Release: the middleware then has nothing left to free or record, and
 // counts it as no failure. ctx ends with that release.
 func FromContext(ctx context.Context) (*dlock.Lock, bool) {
 	return dlock.FromContext(ctx)
