@@ -180,8 +180,10 @@ func (r *report) writeUncontended(w func(string, ...any)) {
 	floor := r.findUnc(floorName)
 	w("## 1. Uncontended Acquire + Release\n\n")
 	w("One goroutine takes and frees a free key, %d rounds of %d operations per contender in rotating order. ", r.plan.uncRounds, r.plan.uncOps)
-	w("Three references run in the same rotation on clients like the contenders': the bare `SET NX PX` + `DEL` pair (the floor), ")
-	w("two calls of a script that does nothing, and one PING per operation, whose p50 is the run's round trip")
+	w("Four references run in the same rotation on clients like the contenders': the bare `SET NX PX` + `DEL` pair (the floor), ")
+	w("two calls of a script that does nothing, two scripts that make one read and one write each (the least a lock that keeps a fencing token across holders can do with one script per step: ")
+	w("acquire reads the key and writes holder, next token and lease; release reads it and writes it free, keeping the token), ")
+	w("and one PING per operation, whose p50 is the run's round trip")
 	if p := r.findUnc(pingName); p != nil && floor != nil {
 		w(" (2 x PING p50 is %s, against %s for the floor pair)", fmtDur(2*p.lat.Quantile(0.5)), fmtDur(floor.lat.Quantile(0.5)))
 	}

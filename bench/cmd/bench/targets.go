@@ -128,6 +128,23 @@ func (r *report) scriptFloorNote() string {
 		fmtDur(sf.lat.Quantile(0.5)), sf.ratioSpread(floor).ratioRange())
 }
 
+// fencedMinNote says what the fenced minimum costs over the bare pair, or nothing when the
+// reference was not measured.
+func (r *report) fencedMinNote() string {
+	fm, floor := r.findUnc(fencedMinName), r.findUnc(floorName)
+	if fm == nil || floor == nil {
+		return ""
+	}
+	sp := fm.ratioSpread(floor)
+	verdict := "within"
+	if sp.med > 1.2 {
+		verdict = "already above"
+	}
+	return fmt.Sprintf("Two scripts that make one read and one write each, the least a lock that keeps a fencing token across holders can do with one script per step, take %s at p50 "+
+		"(per round, over the bare pair: %s, %s the 1.2x target; %.1f µs of server time per operation). ",
+		fmtDur(fm.lat.Quantile(0.5)), sp.ratioRange(), verdict, fm.perOp(fm.serverUsec))
+}
+
 // perCallNote prices one call made inside lockguard's scripts: its server time over that of
 // the empty-script reference, per inner call, against a bare SET or DEL sent by the client.
 func (r *report) perCallNote(lg, floor *uncontendedResult) string {
@@ -217,6 +234,7 @@ func (r *report) uncontendedLoss() string {
 		b.WriteString(clientSplit(lg, floor, gap-srv))
 	}
 	b.WriteString(r.scriptFloorNote())
+	b.WriteString(r.fencedMinNote())
 	fmt.Fprintf(&b, "lockguard's two scripts check the wait line and keep the fencing token, the hold count and the retry tombstone: they run %.0f Redis calls inside the server per operation. ",
 		lg.perOp(lg.otherCalls))
 	b.WriteString(r.perCallNote(lg, floor))

@@ -21,6 +21,13 @@ const floorName = "SET NX + DEL (floor)"
 // with a script.
 const scriptFloorName = "2 x EVALSHA of `return 1` (reference)"
 
+// fencedMinName is a reference, not a contender: the least a lock that keeps a fencing token
+// across holders can do with one script per step. Its acquire script reads the key and, when
+// free, writes the holder and the next token with the lease; its release script reads the key
+// and, when the caller holds it, writes it free, keeping the token. One read and one write
+// each, no wait line, no re-entry, no retry tombstone.
+const fencedMinName = "2 scripts, one read + one write each (reference)"
+
 // pingName is a reference, not a contender: one PING per operation on a client like the
 // others, measured in the same rotation. Its p50 is the run's Redis round trip: every "PING
 // round trips" figure and the contended floor use it, because a PING sent amid the lock
@@ -31,11 +38,58 @@ const pingName = "PING (reference)"
 // isReference reports whether name is a reference row of the uncontended table rather than a
 // contender.
 func isReference(name string) bool {
-	return name == floorName || name == scriptFloorName || name == pingName
+	return name == floorName || name == scriptFloorName || name == fencedMinName || name == pingName
 }
 
 // emptyScript is the script of the script floor.
 var emptyScript = redis.NewScript("return 1")
+
+// fencedMinAcquire and fencedMinRelease are the scripts of the fenced minimum. The key holds
+// "<owner> <token>", owner empty when free. ARGV: owner, lease ms (acquire); owner (release).
+var (
+	fencedMinAcquire = redis.NewScript(`
+local v = redis.call('GET', KEYS[1]) or ' 0'
+local owner, token = string.match(v, '^(%S*) (%d+)$')
+if owner ~= '' then
+  return -1
+end
+token = tonumber(token) + 1
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. token, 'PX', ARGV[2])
+return token`)
+	fencedMinRelease = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return 0
+end
+local owner, token = string.match(v, '^(%S*) (%d+)$')
+if owner ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[1], ' ' .. token, 'KEEPTTL')
+return 1`)
+)
+
+// fencedMinOp is one Acquire+Release of the fenced minimum on key, as owner.
+func fencedMinOp(c redis.Scripter, key, owner string) op {
+	keys := []string{key}
+	return func(ctx context.Context) error {
+		got, err := fencedMinAcquire.Run(ctx, c, keys, owner, 10000).Int64()
+		if err != nil {
+			return err
+		}
+		if got < 0 {
+			return fmt.Errorf("fenced minimum: %s is held", key)
+		}
+		freed, err := fencedMinRelease.Run(ctx, c, keys, owner).Int64()
+		if err != nil {
+			return err
+		}
+		if freed != 1 {
+			return fmt.Errorf("fenced minimum: %s was not held at release", key)
+		}
+		return nil
+	}
+}
 
 // uncontendedResult is one contender (or the floor) in the uncontended scenario.
 type uncontendedResult struct {
@@ -75,9 +129,9 @@ type op func(ctx context.Context) error
 // order of contenders; the floor is a bare SET NX PX + DEL on the same kind of client, and a
 // single PING per op in the same rotation gives the run's round trip.
 func (b *bench) uncontended(ctx context.Context, rep *report) error {
-	names := append([]string{floorName, scriptFloorName, pingName}, contenders.Names...)
+	names := append([]string{floorName, scriptFloorName, fencedMinName, pingName}, contenders.Names...)
 	ops := map[string]op{}
-	top := map[string][]string{floorName: {"set", "del"}, scriptFloorName: {"eval", "evalsha"}, pingName: {"ping"}}
+	top := map[string][]string{floorName: {"set", "del"}, scriptFloorName: {"eval", "evalsha"}, fencedMinName: {"eval", "evalsha"}, pingName: {"ping"}}
 	rts := map[string]*metrics.RoundTrips{}
 	res := map[string]*uncontendedResult{}
 	for _, name := range names {
@@ -105,6 +159,13 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 				}
 				return emptyScript.Run(ctx, c, []string{key}, "v").Err()
 			}
+			continue
+		}
+		if name == fencedMinName {
+			c := b.newClient()
+			defer func() { _ = c.Close() }()
+			rts[name] = c.rt
+			ops[name] = fencedMinOp(c, key, "bench-owner")
 			continue
 		}
 		if name == pingName {
