@@ -138,7 +138,10 @@ func WithReplayStatuses(f func(status int) bool) Option {
 // WithReplayHeaders sets the response headers stored and replayed with the status and body,
 // replacing the default list: Content-Type and Location. A Content-Encoding set by the chain
 // after the middleware is always stored (the body is kept as the chain encoded it); one set
-// before it, by a compressing middleware outside, is not (the kept body is not encoded).
+// before it, by a compressing middleware outside, is not (the kept body is not encoded). A
+// body stored gzip or deflate encoded is decoded for a retry whose Accept-Encoding does not
+// accept that encoding (no Accept-Encoding: none accepted), and replayed without
+// Content-Encoding; other encodings are replayed as stored.
 // Idempotent-Replayed is always added to a replay.
 func WithReplayHeaders(names ...string) Option {
 	return optionFunc(func(c *config) {

@@ -161,17 +161,19 @@ func (d *decoder) string() string {
 	return string(d.bytes(int(d.uvarint(uint64(len(d.b))))))
 }
 
-// replay writes a stored response, marked with ReplayedHeader, and aborts the chain.
+// replay writes a stored response, marked with ReplayedHeader, and aborts the chain. A body
+// stored compressed is decoded for a request that does not accept its encoding (forClient).
 func replay(c *gin.Context, r *record) {
+	header, body := forClient(r.header, r.body, c.GetHeader("Accept-Encoding"))
 	h := c.Writer.Header()
-	for name, vals := range r.header {
+	for name, vals := range header {
 		h[name] = vals
 	}
 	h.Set(ReplayedHeader, "true")
 	c.Status(r.status)
 	c.Abort()
 	c.Writer.WriteHeaderNow()
-	if len(r.body) > 0 {
-		_, _ = c.Writer.Write(r.body)
+	if len(body) > 0 {
+		_, _ = c.Writer.Write(body)
 	}
 }

@@ -3,6 +3,7 @@ package ginlock_test
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"errors"
 	"io"
@@ -167,19 +168,17 @@ func TestResponseStoredAsWritten(t *testing.T) {
 }
 
 // The body is stored as it went out, so its Content-Encoding is replayed with it, whatever
-// WithReplayHeaders lists.
+// WithReplayHeaders lists, to a retry that accepts that encoding.
 func TestContentEncodingIsReplayed(t *testing.T) {
 	e := setup(t)
 	r := router()
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	_, _ = zw.Write([]byte(`{"id":42}`))
-	_ = zw.Close()
+	gz := gzipped(t, `{"id":42}`)
 	r.POST("/payments", ginlock.New(e.locks, payKey, ginlock.WithReplayHeaders("Content-Type")), func(c *gin.Context) {
 		c.Header("Content-Encoding", "gzip")
-		c.Data(http.StatusCreated, "application/json", gz.Bytes())
+		c.Data(http.StatusCreated, "application/json", gz)
 	})
-	q := req{path: "/payments", body: `{"amount":1}`, user: "alice", key: idemKey(t)}
+	gzipOK := map[string]string{"Accept-Encoding": "gzip"}
+	q := req{path: "/payments", body: `{"amount":1}`, user: "alice", key: idemKey(t), header: gzipOK}
 	do(r, q)
 	w := do(r, q)
 	if w.Header().Get(ginlock.ReplayedHeader) != "true" || w.Header().Get("Content-Encoding") != "gzip" {
@@ -193,6 +192,110 @@ func TestContentEncodingIsReplayed(t *testing.T) {
 	var plain bytes.Buffer
 	if _, err := plain.ReadFrom(zr); err != nil || plain.String() != `{"id":42}` {
 		t.Fatalf("replayed body decodes to %q (%v)", plain.String(), err)
+	}
+}
+
+// gzipped returns s compressed with gzip.
+func gzipped(t *testing.T, s string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	if _, err := zw.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// A response stored compressed (the chain compressed it for the first attempt) is decoded
+// for a retry that does not accept its encoding, as Accept-Encoding says (RFC 9110 12.5.3;
+// no header: no encoding, as compressing middlewares read it); gzip and deflate are decoded,
+// any other encoding is replayed as stored.
+func TestCompressedReplayFollowsAcceptEncoding(t *testing.T) {
+	e := setup(t)
+	const plain = `{"id":42}`
+	var zl bytes.Buffer
+	zw := zlib.NewWriter(&zl)
+	_, _ = zw.Write([]byte(plain))
+	_ = zw.Close()
+	stored := map[string][]byte{"gzip": gzipped(t, plain), "deflate": zl.Bytes(), "br": []byte("not decodable here")}
+	for _, tc := range []struct {
+		name, enc, accept string
+		encoded           bool // replayed as stored, with its Content-Encoding
+	}{
+		{"gzip accepted", "gzip", "gzip", true},
+		{"gzip in a list", "gzip", "deflate, gzip;q=0.5, br", true},
+		{"gzip any coding", "gzip", "*", true},
+		{"gzip other spelling", "gzip", "X-GZIP", true},
+		{"gzip no header", "gzip", "", false},
+		{"gzip other coding", "gzip", "br", false},
+		{"gzip refused by weight", "gzip", "gzip;q=0; br", false},
+		{"gzip refused though any", "gzip", "*, gzip;q=0", false},
+		{"gzip any refused", "gzip", "*;q=0", false},
+		{"gzip identity", "gzip", "identity", false},
+		{"gzip bad weight", "gzip", "gzip;q=x", false},
+		{"deflate no header", "deflate", "", false},
+		{"br not decodable", "br", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := router()
+			var runs atomic.Int32
+			r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+				runs.Add(1)
+				c.Header("Content-Encoding", tc.enc)
+				c.Data(http.StatusCreated, "application/json", stored[tc.enc])
+			})
+			key := idemKey(t)
+			do(r, req{path: "/payments", body: `{"amount":1}`, user: "alice", key: key,
+				header: map[string]string{"Accept-Encoding": tc.enc}})
+			q := req{path: "/payments", body: `{"amount":1}`, user: "alice", key: key}
+			if tc.accept != "" {
+				q.header = map[string]string{"Accept-Encoding": tc.accept}
+			}
+			w := do(r, q)
+			if w.Code != http.StatusCreated || w.Header().Get(ginlock.ReplayedHeader) != "true" || runs.Load() != 1 {
+				t.Fatalf("retry: %d, replayed %q, %d runs; want a replay of 201 after 1 run",
+					w.Code, w.Header().Get(ginlock.ReplayedHeader), runs.Load())
+			}
+			ce := w.Header().Get("Content-Encoding")
+			switch {
+			case tc.encoded && (ce != tc.enc || !bytes.Equal(w.Body.Bytes(), stored[tc.enc])):
+				t.Fatalf("Content-Encoding %q, body %q; want the stored %s body", ce, w.Body.Bytes(), tc.enc)
+			case !tc.encoded && (ce != "" || w.Body.String() != plain):
+				t.Fatalf("Content-Encoding %q, body %q; want %s without Content-Encoding", ce, w.Body.Bytes(), plain)
+			}
+			if w.Header().Get("Content-Type") != "application/json" {
+				t.Fatalf("Content-Type %q", w.Header().Get("Content-Type"))
+			}
+		})
+	}
+}
+
+// With compression inside the chain (a gzip middleware after ginlock), a retry through a
+// client that does not ask for gzip gets the plain body: the middleware does not run on a
+// replay, so ginlock decodes what it stored.
+func TestInnerCompressionReplayedPlain(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	r.POST("/payments", ginlock.New(e.locks, payKey), gzipMW, func(c *gin.Context) {
+		runs.Add(1)
+		c.JSON(http.StatusCreated, gin.H{"id": 42})
+	})
+	key := idemKey(t)
+	first := do(r, req{path: "/payments", body: `{"amount":1}`, user: "alice", key: key,
+		header: map[string]string{"Accept-Encoding": "gzip"}})
+	if first.Code != http.StatusCreated || first.Header().Get("Content-Encoding") != "gzip" {
+		t.Fatalf("first: %d, Content-Encoding %q", first.Code, first.Header().Get("Content-Encoding"))
+	}
+	w := do(r, req{path: "/payments", body: `{"amount":1}`, user: "alice", key: key})
+	if w.Header().Get(ginlock.ReplayedHeader) != "true" || runs.Load() != 1 {
+		t.Fatalf("retry: replayed %q, runs %d", w.Header().Get(ginlock.ReplayedHeader), runs.Load())
+	}
+	if ce := w.Header().Get("Content-Encoding"); ce != "" || w.Body.String() != `{"id":42}` {
+		t.Fatalf("replay without Accept-Encoding: Content-Encoding %q, body %q", ce, w.Body.Bytes())
 	}
 }
 
