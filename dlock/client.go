@@ -125,8 +125,11 @@ func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOpti
 // lock was lost too (fn typically returns its context's error once the loss cancels it), the
 // error matches both fn's error and ErrLockLost, so the loss is never hidden behind
 // context.Canceled. fn may end the hold itself, with Complete (or Release) on the lock
-// FromContext gives it: that is no error.
+// FromContext gives it: that is no error. Do panics if fn is nil, before taking the lock.
 func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
+	if fn == nil {
+		panic("dlock: Do with a nil fn")
+	}
 	lk, err := c.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err

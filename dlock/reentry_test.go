@@ -133,6 +133,21 @@ func TestDo(t *testing.T) {
 		t.Fatalf("lock not released after a panic: %v", err)
 	}
 	_ = lk.Release(ctx)
+
+	// A nil fn is a programming error, reported before the lock is taken.
+	func() {
+		defer func() {
+			if p := recover(); p != "dlock: Do with a nil fn" {
+				t.Fatalf("Do with a nil fn: recovered %v", p)
+			}
+		}()
+		holder, err := c.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = holder.Release(ctx) }()
+		_ = c.Do(ctx, key, nil) // unchecked, it would wait for the held lock first
+	}()
 }
 
 // A lock lost while fn runs cancels fn's context; fn then returns the context's error, as

@@ -29,7 +29,7 @@ type options struct {
 	hashAbove  int // 0: DefaultHashAbove; <0: always hash
 }
 
-// Option configures a Func; see Template and Func.With.
+// Option configures a Func; see Template and Func.With. A nil Option is skipped.
 type Option func(*options)
 
 // WithMaxKeyLen bounds the key to n bytes (default DefaultMaxKeyLen; values below MinKeyLen
@@ -80,7 +80,9 @@ func Join(parts ...Part) *Func {
 func (f *Func) With(opts ...Option) *Func {
 	g := *f
 	for _, o := range opts {
-		o(&g.opts)
+		if o != nil {
+			o(&g.opts)
+		}
 	}
 	return &g
 }
@@ -240,7 +242,9 @@ func (f *Func) hashAbove(p Part) int {
 func newOptions(opts []Option) options {
 	o := options{maxKeyLen: DefaultMaxKeyLen}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	return o
 }

@@ -254,3 +254,21 @@ func TestIsInputError(t *testing.T) {
 		t.Fatalf("From error not wrapped: %v", lookup)
 	}
 }
+
+// A nil Option is skipped, as in the other packages (an option left nil by a configuration
+// switch): the options around it still apply.
+func TestNilOptionSkipped(t *testing.T) {
+	src := &MapSource{Params: map[string]string{"v": "abcd"}}
+	var none Option
+	tmpl, err := Template("t:{v}", map[string]Part{"v": Param("v")}, none, WithMaxPartLen(3), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tmpl.Key(src); !errors.Is(err, ErrTooLong) {
+		t.Fatalf("Template with nil options: %v, want ErrTooLong from WithMaxPartLen(3)", err)
+	}
+	f := Join(Param("v")).With(nil, WithMaxPartLen(3), none)
+	if _, err := f.Key(src); !errors.Is(err, ErrTooLong) {
+		t.Fatalf("With nil options: %v, want ErrTooLong from WithMaxPartLen(3)", err)
+	}
+}
