@@ -215,6 +215,21 @@ func validKey(key string) error {
 	return nil
 }
 
+// acquireOptions applies opts to a new acquireConfig. Without options nothing is allocated:
+// the config the options write through escapes to the heap.
+func acquireOptions(opts []AcquireOption) acquireConfig {
+	if len(opts) == 0 {
+		return acquireConfig{}
+	}
+	ac := new(acquireConfig)
+	for _, o := range opts {
+		if o != nil {
+			o.applyAcquire(ac)
+		}
+	}
+	return *ac
+}
+
 func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []AcquireOption) (*Lock, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
@@ -222,12 +237,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	if err := validKey(key); err != nil {
 		return nil, err
 	}
-	var ac acquireConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyAcquire(&ac)
-		}
-	}
+	ac := acquireOptions(opts)
 	if outer := heldIn(ctx, c, key); outer != nil {
 		return outer.reenter(ctx, ac.skipCompleted)
 	}

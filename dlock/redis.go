@@ -63,6 +63,12 @@ type redisBackend struct {
 	// replicas > 0: writes that grant a lock are followed by WAIT replicas replicaWait.
 	replicas    int
 	replicaWait time.Duration
+	// Script arguments that are the same on every call, converted to interface values once
+	// (converting an int64 or a string allocates): the claim and liveness leases in ms, the
+	// publish command, and the Client's default lease in ms.
+	claimArg, liveArg, pubArg, leaseArg any
+	lease                               time.Duration
+
 	ctxTimeouts bool          // the client ends calls at their context's deadline itself
 	readTimeout time.Duration // the client's socket read timeout; <= 0: none
 	subs        *subscriber
@@ -88,6 +94,8 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 		replicas:    cfg.replicas,
 		replicaWait: cfg.replicaWait,
 	}
+	b.claimArg, b.liveArg, b.pubArg = ms(b.claim), ms(b.live), b.pubCmd()
+	b.lease, b.leaseArg = cfg.lease, ms(cfg.lease)
 	switch c := rdb.(type) {
 	case *redis.Client:
 		b.ctxTimeouts, b.readTimeout = c.Options().ContextTimeoutEnabled, c.Options().ReadTimeout
@@ -132,6 +140,14 @@ func (b *redisBackend) pubCmd() string {
 
 func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
 
+// ttlArg is the script argument for a lease of ttl in ms.
+func (b *redisBackend) ttlArg(ttl time.Duration) any {
+	if ttl == b.lease {
+		return b.leaseArg
+	}
+	return ms(ttl)
+}
+
 func (b *redisBackend) member(r acquireRequest) string {
 	flag := 0
 	if r.skipCompleted {
@@ -149,7 +165,7 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 	if r.skipCompleted {
 		skip = 1
 	}
-	args := []any{r.owner, ms(r.ttl), wait, skip, ms(b.live), ms(b.claim), b.pubCmd()}
+	args := []any{r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg}
 	var reply any
 	call := b.call
 	if r.wait {
@@ -341,7 +357,7 @@ func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string, sk
 
 func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
 	keys, _ := b.keys(r.key)
-	args := []any{r.owner, r.entry, ms(b.claim), b.pubCmd()}
+	args := []any{r.owner, r.entry, b.claimArg, b.pubArg}
 	if r.storeRecord {
 		args = append(args, r.record, ms(r.retention))
 	}
@@ -382,7 +398,7 @@ func parseHandOff(v []any) handOff {
 
 func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, error) {
 	keys, _ := b.keys(r.key)
-	args := []any{r.owner, b.member(r), ms(b.claim), b.pubCmd()}
+	args := []any{r.owner, b.member(r), b.claimArg, b.pubArg}
 	var reply []any
 	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
 		reply, err = scriptLeave.Run(ctx, b.rdb, keys, args...).Slice()
@@ -642,6 +658,9 @@ func (b *redisBackend) listen(ctx context.Context, key, owner string) (listener,
 }
 
 func (b *redisBackend) listenReady(key, owner string) listener {
+	if !b.subs.subscribed() {
+		return nil // the common case: no waits in this process, no channel name to build
+	}
 	ch, slot := b.channel(key)
 	return b.subs.listenReady(ch, slot, owner)
 }
@@ -745,8 +764,11 @@ func migrating(err error) bool {
 // noteAnswer records when the store answered a call that returned err: with a reply, a Redis
 // error reply or redis.Nil, but not a network or context error. It returns err.
 func (b *redisBackend) noteAnswer(err error) error {
-	var rerr redis.Error
-	if err == nil || errors.As(err, &rerr) {
+	if err == nil {
+		b.answered.Store(time.Now().UnixNano())
+		return nil
+	}
+	if rerr := redis.Error(nil); errors.As(err, &rerr) {
 		b.answered.Store(time.Now().UnixNano())
 	}
 	return err

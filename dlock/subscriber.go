@@ -410,6 +410,14 @@ func (s *subscriber) addLocked(conn *psConn, cs *chanState, channel, owner strin
 }
 
 // listenReady registers a listener only if channel is subscribed and confirmed already.
+// subscribed reports whether any pub/sub connection is open: listenReady finds nothing
+// otherwise.
+func (s *subscriber) subscribed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns) > 0
+}
+
 func (s *subscriber) listenReady(channel string, slot int, owner string) listener {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -121,12 +121,13 @@ func outcome(err error) string {
 	return OutcomeError
 }
 
-// outcomeOpts holds the wait histogram's attribute set for each outcome, built once:
-// metric.WithAttributes would build and sort a set on every acquisition.
-var outcomeOpts = func() map[string]metric.MeasurementOption {
-	m := map[string]metric.MeasurementOption{}
+// outcomeOpts holds the wait histogram's options for each outcome, built once:
+// metric.WithAttributes would build and sort a set on every acquisition, and a list of
+// options passed one by one is a new slice on every call.
+var outcomeOpts = func() map[string][]metric.RecordOption {
+	m := map[string][]metric.RecordOption{}
 	for _, o := range []string{OutcomeObtained, OutcomeBusy, OutcomeTimeout, OutcomeCompleted, OutcomeError} {
-		m[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("dlock.outcome", o)))
+		m[o] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("dlock.outcome", o)))}
 	}
 	return m
 }()
@@ -136,7 +137,7 @@ func (t *telemetry) endAcquire(ctx context.Context, s acquireSpan, g grant, err 
 	out := outcome(err)
 	attr := attribute.String("dlock.outcome", out)
 	if t.wait != nil {
-		t.wait.Record(ctx, waited, outcomeOpts[out])
+		t.wait.Record(ctx, waited, outcomeOpts[out]...)
 	}
 	if s.span.IsRecording() {
 		s.span.SetAttributes(attr, attribute.Float64("dlock.wait_seconds", waited),
