@@ -38,7 +38,8 @@
 //   - The handler runs only while the lock is held; with replay, it runs at most once per
 //     key and retention, except after a response that is not stored (5xx and the transient
 //     408, 409, 425, 429 and 499 by default, a body over WithMaxReplayBody, a panic before the
-//     response started or one after a body without Content-Length, a lost lock), whose
+//     response started or one after a body without Content-Length, a lost lock, an answer
+//     forwarded with engine.HandleContext, which writes around the middleware), whose
 //     retry runs it again. What is stored is what the
 //     handler wrote, even if the client went away before receiving it, as long as the
 //     middleware can tell it is all of it: a client gone before the body started leaves a

@@ -266,3 +266,41 @@ func TestWaitingDuplicateGetsReplay(t *testing.T) {
 		t.Fatalf("duplicate got %d %v %s after %d runs, want the replayed original", dup.Code, dup.Header(), dup.Body, runs.Load())
 	}
 }
+
+// A handler that forwards the request with engine.HandleContext (gin's internal redirect)
+// has the response written by gin's own writer, around the middleware: its body cannot be
+// stored. It is not stored as an empty answer: the client gets the forwarded answer, the
+// logger says why, and a retry runs the handler again and gets the whole answer too.
+func TestHandleContextResponseNotStored(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var runs atomic.Int32
+	var logs bytes.Buffer
+	r.POST("/v2/payments", func(c *gin.Context) {
+		runs.Add(1)
+		c.JSON(http.StatusCreated, gin.H{"id": 42})
+	})
+	r.POST("/v1/payments", ginlock.New(e.locks, payKey, ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))),
+		func(c *gin.Context) {
+			c.Request.URL.Path = "/v2/payments"
+			r.HandleContext(c)
+		})
+	q := req{path: "/v1/payments", body: `{"amount":1}`, user: "alice", key: idemKey(t)}
+	for i := range 2 {
+		w := do(r, q)
+		if w.Code != http.StatusCreated || w.Body.String() != `{"id":42}` || w.Header().Get(ginlock.ReplayedHeader) != "" {
+			t.Fatalf("request %d got %d %v %q, want the forwarded 201 {\"id\":42}, not replayed", i+1, w.Code, w.Header(), w.Body)
+		}
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("forwarded handler ran %d times, want 2: nothing was stored", runs.Load())
+	}
+	if n := strings.Count(logs.String(), `msg="ginlock: response not stored; a retry runs the handler again"`); n != 2 ||
+		!strings.Contains(logs.String(), "engine.HandleContext") {
+		t.Fatalf("want two warnings naming HandleContext, got:\n%s", logs.String())
+	}
+	// The key is free again: nothing holds it after the forwarded requests.
+	if w := do(r, q); w.Code != http.StatusCreated {
+		t.Fatalf("third request got %d, want 201", w.Code)
+	}
+}

@@ -34,6 +34,7 @@ type recorder struct {
 	goneAtBody    bool // it had ended already when the body started
 	panicked      bool // the chain panicked after the response started
 	flushed       bool // the handler flushed: it streams
+	seen          bool // the response started through the recorder
 	overflow      bool
 	hijacked      bool
 }
@@ -48,6 +49,7 @@ func newRecorder(c *gin.Context, names []string, max int) *recorder {
 
 // started takes the headers once, just before they go out.
 func (w *recorder) started() {
+	w.seen = true
 	if w.header == nil && !w.ResponseWriter.Written() {
 		w.header = w.keptHeaders()
 	}
@@ -211,6 +213,11 @@ func (w *recorder) record() (*record, string) {
 		return nil, "the body is over WithMaxReplayBody"
 	case w.hijacked:
 		return nil, "the connection was hijacked"
+	case w.ResponseWriter.Written() && !w.seen:
+		// The response went out through another writer: engine.HandleContext (an internal
+		// redirect) puts gin's own writer back in place of the recorder, which then has no
+		// body to store.
+		return nil, "the response was written around the middleware (engine.HandleContext)"
 	case !w.complete():
 		return nil, "the body may be cut short"
 	}
