@@ -89,18 +89,7 @@ func slotStart(t time.Time, period time.Duration, loc *time.Location) time.Time 
 	case loc == time.UTC || period%day != 0 && day%period != 0:
 		return t.Truncate(period)
 	case period < day:
-		lt := t.In(loc)
-		wall := wallClock(lt)
-		y, m, d := lt.Date()
-		// Counted back from t itself, the start keeps t's UTC offset: in the hour that a
-		// change back to standard time repeats, a tick in the second pass gets a slot of its
-		// own, not the first pass's. When a change lies between the two, the wall clock at
-		// that instant is not the slot's, and the start is found by wall clock instead.
-		start := t.Add(-(wall % period))
-		if st := start.In(loc); wallClock(st) == wall-wall%period && st.Day() == d {
-			return st
-		}
-		return localTime(y, m, d, wall-wall%period, loc)
+		return subDayStart(t, period, loc)
 	}
 	y, m, d := t.In(loc).Date()
 	days := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix()/86400 + daysToUnixEpoch
@@ -108,6 +97,45 @@ func slotStart(t time.Time, period time.Duration, loc *time.Location) time.Time 
 	days -= (days%n + n) % n // floored: before year 1 too
 	y, m, d = time.Unix((days-daysToUnixEpoch)*86400, 0).UTC().Date()
 	return localTime(y, m, d, 0, loc)
+}
+
+// subDayStart is slotStart for a period that divides a day, in a zone with clock changes:
+// the latest instant at or before t whose wall clock is a multiple of period, or, where the
+// clock jumped forward over such a time (a daylight saving gap, a day that starts after
+// midnight), the instant of the jump.
+//
+// Counted back from t itself, the start keeps t's UTC offset, so in the hour that a change
+// back to standard time repeats, a tick in the second pass gets a slot of its own, not the
+// first pass's. A start that would lie before the change to t's offset is looked for on the
+// clock as it was before the change, unless the change jumped forward over a multiple of
+// period: the slot then starts at the change. A change back stays in the slot that was
+// running (in a zone that goes back by two hours, 01:00 of the second pass is in the 2-hour
+// slot that began at 02:00 of the first, not in the one that began at 00:00 and ended).
+func subDayStart(t time.Time, period time.Duration, loc *time.Location) time.Time {
+	for range 4 { // each round moves to an earlier offset; a change is months from the next
+		lt := t.In(loc)
+		start := t.Add(-(wallClock(lt) % period)).In(loc)
+		changed, _ := lt.ZoneBounds()
+		if changed.IsZero() || !start.Before(changed) {
+			return start
+		}
+		// The clock changed between the multiple and t: compare its reading just before the
+		// change with the one at the change, counted on from the earlier day.
+		before, after := changed.Add(-time.Nanosecond).In(loc), changed.In(loc)
+		from, to := wallClock(before), wallClock(after)+time.Duration(daysBetween(before, after))*24*time.Hour
+		if to > from && to/period > from/period {
+			return after
+		}
+		t = changed.Add(-time.Nanosecond)
+	}
+	return t.Add(-(wallClock(t.In(loc)) % period)).In(loc)
+}
+
+// daysBetween is how many calendar days b's date is after a's (negative when before).
+func daysBetween(a, b time.Time) int64 {
+	ay, am, ad := a.Date()
+	by, bm, bd := b.Date()
+	return (time.Date(by, bm, bd, 0, 0, 0, 0, time.UTC).Unix() - time.Date(ay, am, ad, 0, 0, 0, 0, time.UTC).Unix()) / 86400
 }
 
 // wallClock is the time of day t shows on its clock.
@@ -121,6 +149,18 @@ func wallClock(t time.Time) time.Duration {
 // of that day's clock at or after it.
 func localTime(y int, m time.Month, d int, wall time.Duration, loc *time.Location) time.Time {
 	t := time.Date(y, m, d, 0, 0, 0, int(wall), loc)
+	// In a gap, time.Date reads the wall time with the offset of one side of the change: the
+	// instant it gives lies past the change by the size of the jump (two hours in a zone that
+	// moves by two), or before it. The first instant at or after the missing wall time is the
+	// change itself.
+	if lt := t.In(loc); lt.Day() == d && wallClock(lt) != wall {
+		start, end := lt.ZoneBounds()
+		if wallClock(lt) > wall && !start.IsZero() {
+			t = start
+		} else if wallClock(lt) < wall && !end.IsZero() {
+			t = end
+		}
+	}
 	for range 8 {
 		lt := t.In(loc)
 		ly, lm, ld := lt.Date()

@@ -38,14 +38,15 @@ func TestSlotLeadBeforeBoundary(t *testing.T) {
 }
 
 // Over every daylight saving change of 2026 in zones that move by an hour (both
-// hemispheres) or by half an hour (Lord Howe Island), each minute's sub-day slot starts at
+// hemispheres), by half an hour (Lord Howe Island), by two hours (Troll), at a quarter to
+// the hour (Chatham) or at midnight (Santiago, Beirut), each minute's sub-day slot starts at
 // the latest instant at or before it whose wall clock is a multiple of the period, or, where
 // the clock jumped over such a time, at the first instant after the jump. In the hour repeated
 // when the clocks go back, that is an instant of the same pass: a tick there gets a slot of its
 // own, not one of the first pass that ran already.
 func TestSubDaySlotStartAcrossClockChanges(t *testing.T) {
 	periods := []time.Duration{15 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour}
-	for _, zone := range []string{"America/New_York", "Australia/Sydney", "Australia/Lord_Howe"} {
+	for _, zone := range []string{"America/New_York", "Australia/Sydney", "Australia/Lord_Howe", "Antarctica/Troll", "Pacific/Chatham", "America/Santiago", "Asia/Beirut"} {
 		loc, err := time.LoadLocation(zone)
 		if err != nil {
 			t.Fatal(err)
@@ -60,6 +61,35 @@ func TestSubDaySlotStartAcrossClockChanges(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// A wall time that a clock change skips gives the instant of the change, the first one at or
+// after it, also where the clock jumps by two hours (Troll) or at a quarter to the hour
+// (Chatham), where time.Date reads the missing time past the change.
+func TestLocalTimeInGap(t *testing.T) {
+	for _, tc := range []struct {
+		zone   string
+		y      int
+		m      time.Month
+		d      int
+		wall   time.Duration
+		change string
+	}{
+		{"Antarctica/Troll", 2026, time.March, 29, 2 * time.Hour, "2026-03-29T01:00:00Z"},
+		{"Pacific/Chatham", 2026, time.September, 27, 3 * time.Hour, "2026-09-26T14:00:00Z"},
+		{"America/New_York", 2026, time.March, 8, 2*time.Hour + 30*time.Minute, "2026-03-08T07:00:00Z"},
+		{"America/Santiago", 2026, time.September, 6, 0, "2026-09-06T04:00:00Z"},
+	} {
+		loc, err := time.LoadLocation(tc.zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := time.Parse(time.RFC3339, tc.change)
+		if got := localTime(tc.y, tc.m, tc.d, tc.wall, loc); !got.Equal(want) {
+			t.Errorf("%s %d-%02d-%02d %v: %s, want the change at %s", tc.zone, tc.y, tc.m, tc.d, tc.wall,
+				got.In(loc).Format(time.RFC3339), want.In(loc).Format(time.RFC3339))
 		}
 	}
 }
