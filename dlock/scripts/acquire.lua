@@ -78,7 +78,7 @@ if free then
   end
   if not head or head == member then
     L.dequeue(member)
-    local t = next_token(cur[2])
+    local t = next_token(cur[2], nowus)
     L.grant(owner, t, ttl)
     return {1, t, ttl}
   end

@@ -31,9 +31,10 @@ end
 -- exist): the server time in microseconds, or last + 1 if that is not above last. Tokens thus
 -- follow the clock (each grant is a script of its own, over a microsecond long), and a
 -- replica promoted after missing the last grants, whose hash still holds an older t, gives a
--- token above the lost ones as long as its clock is not behind the old master's.
-local function next_token(last)
-  local now = now_us()
+-- token above the lost ones as long as its clock is not behind the old master's. now, when
+-- given, is a now_us() the script read already: one TIME call per script is enough.
+local function next_token(last, now)
+  now = now or now_us()
   if last and tonumber(last) >= now then
     return tonumber(last) + 1
   end
@@ -89,7 +90,7 @@ local function lib()
   -- Returns the new holder, its token and its lease; or nil, having written nothing to the
   -- lock hash: the caller then records the lock as free.
   function L.hand_off(last, claim, pubcmd, releaser)
-    local channel, nowms
+    local channel, nowus, nowms
     while true do
       local head = redis.call('ZPOPMIN', KEYS[2])
       if #head == 0 then
@@ -99,7 +100,8 @@ local function lib()
       local deadline = tonumber(redis.call('ZSCORE', KEYS[3], m))
       redis.call('ZREM', KEYS[3], m)
       if not nowms then
-        nowms = math.floor(now_us() / 1000)
+        nowus = now_us()
+        nowms = math.floor(nowus / 1000)
         channel = string.sub(KEYS[1], 1, -5) .. 'ch'
       end
       local owner, ttl, flag = string.match(m, '^([^:]+):(%d+):(%d)$')
@@ -107,7 +109,7 @@ local function lib()
         if flag == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
           redis.call(pubcmd, channel, owner .. ' 0')
         else
-          local t = next_token(last)
+          local t = next_token(last, nowus)
           local lease = math.min(tonumber(ttl), claim)
           local written = L.grant(owner, t, lease, releaser)
           redis.call(pubcmd, channel, owner .. ' ' .. written .. ' ' .. lease)
