@@ -195,9 +195,10 @@ func (m *middleware) handle(c *gin.Context) {
 		}
 	case errors.Is(err, dlock.ErrNotObtained):
 		outcome := OutcomeBusy
-		if origCtx.Err() != nil {
-			// The request's own context ended (the client went away), not the wait: a busy
-			// count would tell dashboards of contention that was not there.
+		if errors.Is(origCtx.Err(), context.Canceled) {
+			// The client went away (net/http cancels the request's context), not the wait:
+			// a busy count would tell dashboards of contention that was not there. A deadline
+			// the server set on the request that ended the wait is contention: busy.
 			outcome = OutcomeCanceled
 		}
 		m.tel.end(ctx, span, route, outcome, false, nil)

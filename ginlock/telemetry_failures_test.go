@@ -120,8 +120,9 @@ func TestTelemetryUndeclaredParamSpan(t *testing.T) {
 	}
 }
 
-// A waiter whose client went away is counted as canceled, not as busy: only a wait that ran
-// out (WithWait) or a lock found held says the lock was contended. Both answer 409.
+// A waiter whose client went away (net/http cancels the request's context) is counted as
+// canceled, not as busy: a wait that ran out (WithWait), or that a deadline the server set on
+// the request ended, says the lock was contended. All answer 409.
 func TestTelemetryClientGoneIsCanceledNotBusy(t *testing.T) {
 	o := oteltest.New(t)
 	e := setup(t)
@@ -134,10 +135,13 @@ func TestTelemetryClientGoneIsCanceledNotBusy(t *testing.T) {
 	go func() { done <- do(r, req{path: "/accounts/7/withdraw"}).Code }()
 	<-started
 
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	gone, leave := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, leave)
+	wantProblem(t, do(r, req{path: "/accounts/7/withdraw", ctx: gone}), http.StatusConflict) // client gone
+	deadline, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	wantProblem(t, do(r, req{path: "/accounts/7/withdraw", ctx: ctx}), http.StatusConflict) // client gone
-	wantProblem(t, do(r, req{path: "/accounts/7/short"}), http.StatusConflict)              // wait ran out
+	wantProblem(t, do(r, req{path: "/accounts/7/withdraw", ctx: deadline}), http.StatusConflict) // server's deadline
+	wantProblem(t, do(r, req{path: "/accounts/7/short"}), http.StatusConflict)                   // wait ran out
 	close(release)
 	if code := <-done; code != http.StatusOK {
 		t.Fatalf("holder: %d", code)
@@ -152,11 +156,11 @@ func TestTelemetryClientGoneIsCanceledNotBusy(t *testing.T) {
 			}
 		}
 	}
-	if got := strings.Join(outcomes, ","); got != "obtained,canceled,busy" {
-		t.Errorf("span outcomes %s, want obtained,canceled,busy", got)
+	if got := strings.Join(outcomes, ","); got != "obtained,canceled,busy,busy" {
+		t.Errorf("span outcomes %s, want obtained,canceled,busy,busy", got)
 	}
 	counts := o.CounterByAttr(t, "ginlock.requests", "ginlock.outcome")
-	want := map[string]int64{ginlock.OutcomeCanceled: 1, ginlock.OutcomeBusy: 1, ginlock.OutcomeObtained: 1}
+	want := map[string]int64{ginlock.OutcomeCanceled: 1, ginlock.OutcomeBusy: 2, ginlock.OutcomeObtained: 1}
 	if !maps.Equal(counts, want) {
 		t.Errorf("ginlock.requests by outcome %v, want %v", counts, want)
 	}
