@@ -231,21 +231,27 @@ func acquireOptions(opts []AcquireOption) acquireConfig {
 }
 
 func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []AcquireOption) (*Lock, error) {
+	// Every call is traced and counted, a refused one and a re-entry too: either can fail.
+	ctx, span := c.tel.startAcquire(ctx, key, wait)
+	refused := validKey(key)
 	if c.closed.Load() {
-		return nil, ErrClosed
+		refused = ErrClosed
 	}
-	if err := validKey(key); err != nil {
-		return nil, err
+	if refused != nil {
+		c.tel.endAcquire(ctx, span, grant{}, refused)
+		return nil, refused
 	}
 	ac := acquireOptions(opts)
 	if outer := heldIn(ctx, c, key); outer != nil {
-		return outer.reenter(ctx, ac.skipCompleted)
+		span.reentry()
+		lk, err := outer.reenter(ctx, ac.skipCompleted)
+		c.tel.endAcquire(ctx, span, grant{attempts: 1}, err)
+		return lk, err
 	}
 	r := acquireRequest{key: key, ttl: ac.ttl, wait: wait, skipCompleted: ac.skipCompleted}
 	if r.ttl == 0 {
 		r.ttl = c.cfg.lease
 	}
-	ctx, span := c.tel.startAcquire(ctx, key, wait)
 	look := ctx // the context of the first look at the lock
 	if wait && ac.maxWait > 0 {
 		start := time.Now()

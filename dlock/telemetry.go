@@ -93,6 +93,13 @@ type acquireSpan struct {
 	start time.Time
 }
 
+// reentry marks the span of an acquisition that re-entered a lock its context carries.
+func (s acquireSpan) reentry() {
+	if s.span.IsRecording() {
+		s.span.SetAttributes(attribute.Bool("dlock.reentry", true))
+	}
+}
+
 func (t *telemetry) startAcquire(ctx context.Context, key string, wait bool) (context.Context, acquireSpan) {
 	ctx, span := t.tracer.Start(ctx, "dlock.acquire", spanInternal)
 	if span.IsRecording() {

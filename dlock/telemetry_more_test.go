@@ -145,7 +145,8 @@ func TestTelemetryRenewedCountsOnlyRenewals(t *testing.T) {
 	}
 }
 
-// Re-entry and a repeated release count one held lease once, and re-entry has no span.
+// Re-entry and a repeated release count one held lease once; the re-entry has a span of its
+// own, marked dlock.reentry.
 func TestTelemetryHeldCountsLeaseOnce(t *testing.T) {
 	o := oteltest.New(t)
 	_, rdb, _ := setup(t)
@@ -170,8 +171,8 @@ func TestTelemetryHeldCountsLeaseOnce(t *testing.T) {
 	if n := oteltest.Sum(o.Metrics(t)["dlock.locks.held"]); n != 0 {
 		t.Errorf("held after releases = %d, want 0", n)
 	}
-	if n := len(o.Spans.Ended()); n != 1 {
-		t.Errorf("%d dlock.acquire spans, want 1 (re-entry has none)", n)
+	if ended := o.Spans.Ended(); len(ended) != 2 || oteltest.Attr(ended[1], "dlock.reentry") != "true" {
+		t.Errorf("%d dlock.acquire spans, want 2, the second marked dlock.reentry", len(ended))
 	}
 	for _, s := range o.Spans.Ended() {
 		for _, a := range s.Attributes() {
@@ -225,4 +226,68 @@ func handedOffAttrs(o *oteltest.Recorder) []string {
 		}
 	}
 	return out
+}
+
+// Every Acquire call has its span and its wait sample: a re-entry (dlock.reentry) whether it
+// succeeds or fails, and a call refused before Redis is asked (an invalid key, a closed
+// Client), which is an error like any other failed acquisition.
+func TestTelemetryReentryAndRefusals(t *testing.T) {
+	o := oteltest.New(t)
+	srv, rdb, _ := setup(t)
+	c := dlock.New(rdb, dlock.WithTracerProvider(o.TP), dlock.WithMeterProvider(o.MP))
+	ctx := testContext(t, 10*time.Second)
+	key := uniqueKey(t)
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := dlock.WithLock(ctx, lk)
+	inner, err := c.Acquire(held, key)
+	if err != nil || inner.HoldCount() != 2 {
+		t.Fatalf("re-entry: %v", err)
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, ""); !errors.Is(err, dlock.ErrInvalidKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(held, key); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("re-entry with Redis down: %v, want ErrUnavailable", err)
+	}
+	_ = c.Close()
+	if _, err := c.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+
+	type span struct {
+		outcome string
+		reentry bool
+		failed  bool
+	}
+	var got []span
+	for _, s := range o.Spans.Ended() {
+		if s.Name() != "dlock.acquire" {
+			continue
+		}
+		set := attribute.NewSet(s.Attributes()...)
+		re, _ := set.Value("dlock.reentry")
+		got = append(got, span{oteltest.Attr(s, "dlock.outcome"), re.AsBool(), s.Status().Code == codes.Error})
+	}
+	want := []span{
+		{dlock.OutcomeObtained, false, false},
+		{dlock.OutcomeObtained, true, false},
+		{dlock.OutcomeError, false, true},
+		{dlock.OutcomeError, true, true},
+		{dlock.OutcomeError, false, true},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("spans (outcome, reentry, failed) %v, want %v", got, want)
+	}
+	if n := oteltest.Count(o.Histogram(t, "dlock.acquire.wait")); n != uint64(len(want)) {
+		t.Errorf("%d wait samples, want %d", n, len(want))
+	}
 }
