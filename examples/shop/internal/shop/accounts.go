@@ -84,12 +84,18 @@ func (s *Store) ReadBalance(ctx context.Context, accountID string, fence int64) 
 // snapshot read earlier (blindly, whatever happened since, as naive code does, unless the
 // snapshot was read under a fencing token: then only while the account still carries that
 // token, else ErrFenced), sets the order's status when status is not empty, and appends e
-// to the ledger, stamped now.
+// to the ledger, stamped now. Under a token the order must still have the status the caller
+// checked before it (statusBefore), else ErrFenced: a holder whose lock was lost checked
+// "pending" before its successor claimed the account, and the successor may have paid the
+// order since; the token alone protects the balance, not that check.
 //
 // The three writes are one transaction. The race the demo shows lies between the read and
 // this write, where the provider call sits; a crash or a cancelled request here must not
 // leave a balance changed without its ledger entry, so the write step cannot be torn.
 // The entry's BasedOn and At are stamped here (from.Version and now); balance is the new one.
+// statusBefore is the status an order must have for Apply to move it to the key's status.
+var statusBefore = map[string]string{StatusPaid: StatusPending, StatusRefunded: StatusPaid}
+
 func (s *Store) Apply(ctx context.Context, from Snapshot, e Entry, status string) (balance int64, err error) {
 	balance = from.Balance + e.Signed()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -112,8 +118,15 @@ func (s *Store) Apply(ctx context.Context, from Snapshot, e Entry, status string
 		return 0, err
 	}
 	if status != "" {
-		if _, err = tx.ExecContext(ctx, `UPDATE orders SET status = ? WHERE id = ?`, status, e.OrderID); err != nil {
+		before := statusBefore[status]
+		res, err = tx.ExecContext(ctx, `UPDATE orders SET status = ? WHERE id = ? AND (? = 0 OR status = ?)`,
+			status, e.OrderID, from.Fence, before)
+		if err != nil {
 			return 0, fmt.Errorf("shop: set status of order %s: %w", e.OrderID, err)
+		}
+		if n, rerr := res.RowsAffected(); rerr != nil || n == 0 {
+			err = fmt.Errorf("shop: order %s is no longer %s under token %d: %w", e.OrderID, before, from.Fence, ErrFenced)
+			return 0, err
 		}
 	}
 	if _, err = tx.ExecContext(ctx,

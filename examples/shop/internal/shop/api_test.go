@@ -53,6 +53,7 @@ func TestContract(t *testing.T) {
 			{"withdraw, zero", "POST", "/api/accounts/" + rich.ID + "/withdraw", `{"amount":0}`, nil, 400, "invalid_amount"},
 			{"withdraw, negative", "POST", "/api/accounts/" + rich.ID + "/withdraw", `{"amount":-100}`, nil, 400, "invalid_amount"},
 			{"withdraw, unknown account", "POST", "/api/accounts/acc_nope/withdraw", `{"amount":100}`, nil, 404, "account_not_found"},
+			{"withdraw, account id too long for a lock key", "POST", "/api/accounts/" + strings.Repeat("a", 1100) + "/withdraw", `{"amount":100}`, nil, 404, "account_not_found"},
 			{"withdraw, insufficient funds", "POST", "/api/accounts/" + poor.ID + "/withdraw", `{"amount":101}`, nil, 402, "insufficient_funds"},
 			{"withdraw", "POST", "/api/accounts/" + rich.ID + "/withdraw", `{"amount":100}`, nil, 200, `{"balance":9900}`},
 

@@ -70,7 +70,8 @@ func Protect(locks *dlock.Client, store *Store, log *slog.Logger) Protection {
 		ginlock.WithErrorHandler(orderNotFound), ginlock.WithLogger(log))
 
 	withdraw := ginlock.New(locks, accountKey(keyfunc.Param("id")),
-		ginlock.WithoutReplay(), ginlock.WithWait(lockWait), ginlock.WithLogger(log))
+		ginlock.WithoutReplay(), ginlock.WithWait(lockWait), ginlock.WithErrorHandler(accountNotFound),
+		ginlock.WithLogger(log))
 
 	refundOnce := asynqlock.New(locks,
 		keyfunc.MustTemplate("refund:{order}", map[string]keyfunc.Part{"order": keyfunc.JSON("order_id")}),
@@ -88,6 +89,16 @@ func Protect(locks *dlock.Client, store *Store, log *slog.Logger) Protection {
 		IsFailure:  asynqlock.IsFailure,
 		RetryDelay: asynqlock.RetryDelay(nil),
 	}
+}
+
+// accountNotFound keeps the contract's 404 for an account id too long to be a lock key part
+// (keyfunc's bound): no account has such an id, and the unprotected route answers 404 too.
+func accountNotFound(c *gin.Context, status int, err error) {
+	if errors.Is(err, keyfunc.ErrTooLong) {
+		fail(c, http.StatusNotFound, codeAccountNotFound)
+		return
+	}
+	ginlock.DefaultErrorHandler(c, status, err)
 }
 
 // orderNotFound keeps the contract's 404 for an unknown order on the protected pay route,

@@ -119,11 +119,16 @@ func (a *App) refund(c *gin.Context) {
 		return
 	}
 	task, err := newRefundTask(o)
-	if err == nil {
-		_, err = a.queue.EnqueueContext(ctx, task)
-	}
 	if err != nil {
 		a.failErr(c, err, codeOrderNotFound)
+		return
+	}
+	if _, err := a.queue.EnqueueContext(ctx, task); err != nil {
+		// The queue is Redis: down or unreachable is temporary, like the lock store on the
+		// other routes (503 with Retry-After), not a fault of the shop.
+		a.log.Warn("refund not queued", "order", o.ID, "err", err)
+		c.Header("Retry-After", "1")
+		fail(c, http.StatusServiceUnavailable, codeUnavailable)
 		return
 	}
 	c.JSON(http.StatusAccepted, gin.H{"order_id": o.ID, "status": "refund_queued"})

@@ -159,3 +159,23 @@ func newRedisEnv(t *testing.T, latency time.Duration, opts ...dlock.Option) (*en
 	srv := redistest.Start(t)
 	return newEnvOn(t, srv, true, latency, opts...), srv
 }
+
+// A refund that the queue (Redis) cannot take is 503 unavailable with Retry-After, as the
+// lock store's outage is on the other routes: temporary, not a fault of the shop.
+func TestRefundWithRedisDownIs503(t *testing.T) {
+	e, srv := newRedisEnv(t, time.Millisecond)
+	acct := e.account("alice", 10_000)
+	o := e.order(acct.ID, 2_500)
+	if w := e.do("POST", "/api/orders/"+o.ID+"/pay", "", "Idempotency-Key", "k-refund-down"); w.Code != http.StatusOK {
+		t.Fatalf("pay: %d %s", w.Code, w.Body)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Restart() }) // let the worker shut down against a live Redis
+	w := e.do("POST", "/api/orders/"+o.ID+"/refund", "")
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"unavailable"`) {
+		t.Errorf("refund with Redis down: %d %s (Retry-After %q), want 503 unavailable with Retry-After 1",
+			w.Code, w.Body, w.Header().Get("Retry-After"))
+	}
+}

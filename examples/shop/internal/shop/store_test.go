@@ -2,20 +2,21 @@ package shop
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 )
 
-// TestApplyIsAllOrNothing makes the ledger insert fail after the balance and order updates
-// ran: the whole write step must roll back, leaving the balance, its version and the order
-// as they were, and a later Apply must then go through whole.
-func TestApplyIsAllOrNothing(t *testing.T) {
+// pendingOrder opens a store in a temporary file with an account of 10000 and a pending
+// order of 2500 on it.
+func pendingOrder(t *testing.T) (*Store, Account, Order) {
+	t.Helper()
 	ctx := context.Background()
 	s, err := OpenStore(ctx, filepath.Join(t.TempDir(), "shop.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { _ = s.Close() })
 	acct, err := s.CreateAccount(ctx, "alice", 10000)
 	if err != nil {
 		t.Fatal(err)
@@ -24,6 +25,15 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, acct, o
+}
+
+// TestApplyIsAllOrNothing makes the ledger insert fail after the balance and order updates
+// ran: the whole write step must roll back, leaving the balance, its version and the order
+// as they were, and a later Apply must then go through whole.
+func TestApplyIsAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	s, acct, o := pendingOrder(t)
 	snap, err := s.ReadBalance(ctx, acct.ID, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -71,5 +81,46 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 	}
 	if len(entries) != 1 || entries[0].BasedOn != 0 || entries[0].Amount != 2500 || entries[0].Kind != KindCharge {
 		t.Errorf("ledger after Apply is %+v, want one charge of 2500 based on version 0", entries)
+	}
+}
+
+// A holder whose account lock was lost checked that the order was pending before its
+// successor claimed the account; the successor may pay the order in between. Under a token,
+// Apply moves the order only from the status the caller checked, so the second charge is
+// refused (ErrFenced) and the order is charged once. Without a token (the unprotected shop)
+// Apply still writes blindly, which is the race the demo shows.
+func TestApplyUnderTokenChecksOrderStatus(t *testing.T) {
+	ctx := context.Background()
+	s, acct, o := pendingOrder(t)
+	charge := Entry{AccountID: acct.ID, OrderID: o.ID, Kind: KindCharge, Amount: o.Amount}
+	first, err := s.ReadBalance(ctx, acct.ID, 1) // the holder whose lock is then lost
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its successor (token 2) found the order pending; the first holder's write lands now,
+	// before the successor claims the account.
+	if _, err := s.Apply(ctx, first, charge, StatusPaid); err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.ReadBalance(ctx, acct.ID, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx, second, charge, StatusPaid); !errors.Is(err, ErrFenced) {
+		t.Fatalf("second charge of a paid order under a newer token: %v, want ErrFenced", err)
+	}
+	entries, _ := s.Ledger(ctx, acct.ID)
+	after, _ := s.ReadBalance(ctx, acct.ID, 0)
+	if len(entries) != 1 || after.Balance != 7500 {
+		t.Fatalf("ledger %+v, balance %d: want one charge and 7500", entries, after.Balance)
+	}
+
+	// Unprotected: no token, no check.
+	blind, _ := s.ReadBalance(ctx, acct.ID, 0)
+	if _, err := s.Apply(ctx, blind, charge, StatusPaid); err != nil {
+		t.Fatalf("blind write: %v", err)
+	}
+	if entries, _ := s.Ledger(ctx, acct.ID); len(entries) != 2 {
+		t.Fatalf("ledger %+v: want the blind second charge", entries)
 	}
 }
