@@ -764,14 +764,17 @@ func migrating(err error) bool {
 // noteAnswer records when the store answered a call that returned err: with a reply, a Redis
 // error reply or redis.Nil, but not a network or context error. It returns err.
 func (b *redisBackend) noteAnswer(err error) error {
-	if err == nil {
-		b.answered.Store(time.Now().UnixNano())
-		return nil
-	}
-	if rerr := redis.Error(nil); errors.As(err, &rerr) {
+	if err == nil || isReply(err) {
 		b.answered.Store(time.Now().UnixNano())
 	}
 	return err
+}
+
+// isReply reports whether err is an error reply from Redis (redis.Nil included). Its target
+// lives here, so a call without an error does not move one to the heap.
+func isReply(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr)
 }
 
 // answeredSince answers for a single server only: on a Cluster (or any client of several
