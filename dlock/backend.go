@@ -20,7 +20,8 @@ type backend interface {
 	// With skipCompleted and a completion record, it adds nothing and returns the record.
 	reenter(ctx context.Context, key, owner, entry string, skipCompleted bool) (holds int, record []byte, err error)
 	// release drops the hold entry (storing a completion record first when asked); at the last
-	// hold the lock is freed and handed to the next waiter.
+	// hold the lock is freed and handed to the next waiter, who is told (a waiter of this
+	// Client, here, before release returns: woke).
 	release(ctx context.Context, r releaseRequest) (releaseResult, error)
 	// leave takes a waiter out of line; a lock handed to it meanwhile is passed on.
 	leave(ctx context.Context, r acquireRequest) (handOff, error)
@@ -39,7 +40,7 @@ type backend interface {
 	// listenReady is listen when notices for key already reach this process, else nil: then
 	// no notice can be missed between a look and the listener.
 	listenReady(key, owner string) listener
-	// deliver passes a hand-off this process made to its waiter here, if it is one of ours,
+	// deliver passes a hand-off that leave made to its waiter here, if it is one of ours,
 	// ahead of the message.
 	deliver(key string, h handOff)
 	// bounded reports whether every call ends on its own within the store client's timeouts,
@@ -124,6 +125,8 @@ type releaseResult struct {
 	left  int
 	owned bool
 	next  handOff
+	// woke: next is a waiter of this Client, and release told it already.
+	woke bool
 }
 
 // handOff names the waiter a release passed the lock to (owner "" when none), its token, and
@@ -133,6 +136,9 @@ type handOff struct {
 	token int64
 	lease time.Duration
 }
+
+// notice is the hand-off as its waiter hears of it.
+func (h handOff) notice() notice { return notice{token: h.token, lease: h.lease} }
 
 type renewal struct {
 	key, owner string

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,6 +20,7 @@ import (
 type Client struct {
 	be     backend
 	cfg    config
+	ids    ownerIDs
 	wd     *watchdog
 	tel    *telemetry
 	log    *slog.Logger
@@ -51,7 +51,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 			o.apply(&cfg)
 		}
 	}
-	c := &Client{cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
+	ids := newOwnerIDs()
+	cfg.ownerPrefix = ids.prefix
+	c := &Client{cfg: cfg, ids: ids, log: cfg.logger, closing: make(chan struct{})}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -271,12 +273,9 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	var g grant
 	var err error
 	for {
-		var owner uuid.UUID
-		if owner, err = uuid.NewRandom(); err != nil {
-			err = fmt.Errorf("dlock: owner id: %w", err)
+		if r.owner, err = c.ids.next(); err != nil {
 			break
 		}
-		r.owner = owner.String()
 		g, err = c.obtain(ctx, look, r)
 		if err == nil && g.handedOff && (c.cfg.replicas > 0 || g.confirmDue()) {
 			err = c.confirmHandOff(ctx, r, &g)

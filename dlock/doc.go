@@ -20,6 +20,8 @@
 //   - Waiters queue in Redis in arrival order. The release script hands the lock straight to
 //     the first live waiter and tells it with one pub/sub message (sharded on a Cluster), so a
 //     waiter is not starved by a holder re-acquiring in a loop, and needs no extra round trip.
+//     A waiter of the releasing Client is told by the release's reply instead, with no
+//     message.
 //     A waiter that stops heartbeating (its process died) is dropped after three retry
 //     intervals; a waiter whose context ends (or WithMaxWait runs out) is out of line when its
 //     Acquire returns (if Redis does not answer that within 100 ms, Acquire returns anyway

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -344,10 +345,14 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 		l.end(err)
 		return err
 	case res.left == 0:
-		if res.next.owner != "" {
-			l.c.be.deliver(l.key, res.next)
-		}
 		l.end(ErrNotHeld)
+		if res.woke {
+			// Handed to a waiter of this Client, told already: let it run now, on this
+			// thread, as sync.Mutex hands off to a starving waiter. Woken on another, idle
+			// one, it would wait for that thread to wake up, which on a small or virtual
+			// machine takes longer than the Redis round trip that freed the lock.
+			runtime.Gosched()
+		}
 	case last && wd != nil:
 		// Not the last hold after all: a re-entry's script ran before ours. That hold is
 		// live, so the lease must be renewed again.

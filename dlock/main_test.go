@@ -37,6 +37,43 @@ func newClient(t testing.TB, rdb redis.UniversalClient, opts ...dlock.Option) *d
 	return c
 }
 
+// acquireAsync runs c.Acquire(ctx, key, opts...) in a goroutine. The channel gets the lock,
+// or nil after the error was reported to t.
+func acquireAsync(t testing.TB, c *dlock.Client, ctx context.Context, key string, opts ...dlock.AcquireOption) <-chan *dlock.Lock {
+	got := make(chan *dlock.Lock, 1)
+	go func() {
+		lk, err := c.Acquire(ctx, key, opts...)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	return got
+}
+
+// queueBehind takes key with holder and queues an Acquire of waiter behind it. It returns the
+// held lock and the channel of the waiter's lock (see acquireAsync).
+func queueBehind(t *testing.T, ctx context.Context, rdb *redis.Client, holder, waiter *dlock.Client, key string) (*dlock.Lock, <-chan *dlock.Lock) {
+	t.Helper()
+	lk, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t, waiter, ctx, key)
+	waitQueued(t, rdb, ctx, key)
+	return lk, got
+}
+
+// received returns the lock from got, ending the test when the acquisition failed.
+func received(t testing.TB, got <-chan *dlock.Lock) *dlock.Lock {
+	t.Helper()
+	lk := <-got
+	if lk == nil {
+		t.FailNow()
+	}
+	return lk
+}
+
 // setup starts a Redis server and returns a plain go-redis client on it and a dlock Client.
 func setup(t testing.TB, opts ...dlock.Option) (*redistest.Server, *redis.Client, *dlock.Client) {
 	t.Helper()

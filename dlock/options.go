@@ -31,6 +31,9 @@ type config struct {
 	tracerProvider trace.TracerProvider
 	meterProvider  metric.MeterProvider
 	logger         *slog.Logger
+	// ownerPrefix is set by New, not by an option: the start that every owner id of the
+	// Client shares (see ownerIDs); "" when unknown.
+	ownerPrefix string
 }
 
 // WithLease sets the lease of locks acquired without WithTTL. Such locks are renewed by the

@@ -68,6 +68,9 @@ type redisBackend struct {
 	// publish command, and the Client's default lease in ms.
 	claimArg, liveArg, pubArg, leaseArg any
 	lease                               time.Duration
+	// mineArg is the owner-id prefix of the Client's owners (see ownerIDs): a release that
+	// hands the lock to one of them publishes nothing, and the waiter is told here.
+	mineArg any
 
 	ctxTimeouts bool          // the client ends calls at their context's deadline itself
 	readTimeout time.Duration // the client's socket read timeout; <= 0: none
@@ -96,6 +99,7 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 	}
 	b.claimArg, b.liveArg, b.pubArg = ms(b.claim), ms(b.live), b.pubCmd()
 	b.lease, b.leaseArg = cfg.lease, ms(cfg.lease)
+	b.mineArg = cfg.ownerPrefix
 	switch c := rdb.(type) {
 	case *redis.Client:
 		b.ctxTimeouts, b.readTimeout = c.Options().ContextTimeoutEnabled, c.Options().ReadTimeout
@@ -355,15 +359,24 @@ func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string, sk
 	return 0, nil, unavailable("reenter", fmt.Errorf("unexpected reply %v", reply))
 }
 
+// release runs the release script. A hand-off to a waiter of this Client is not published
+// (see ownerIDs): the waiter is told here, at once. When the call fails, the script may have
+// run all the same and handed the lock to one of them, whom no message will tell: every
+// waiter of this Client on the lock is told to look again, once the call is over (a call
+// given up by its context finishes in the background first), and the one it was handed to
+// finds it.
 func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
-	keys, _ := b.keys(r.key)
-	args := []any{r.owner, r.entry, b.claimArg, b.pubArg}
+	keys, ch := b.keys(r.key)
+	args := []any{r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg}
 	if r.storeRecord {
 		args = append(args, r.record, ms(r.retention))
 	}
 	var reply any
 	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
 		reply, err = scriptRelease.Run(ctx, b.rdb, keys, args...).Result()
+		if err != nil {
+			b.subs.lookAgain(ch, b.slot(keys))
+		}
 		return err
 	})
 	if err != nil {
@@ -381,6 +394,7 @@ func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseRe
 	res := releaseResult{left: int(left), owned: status == 1}
 	if len(arr) == 5 {
 		res.next = parseHandOff(arr[2:])
+		res.woke = b.subs.deliver(ch, b.slot(keys), res.next.owner, res.next.notice())
 	}
 	return res, nil
 }
@@ -645,11 +659,16 @@ func (b *redisBackend) probe(ctx context.Context, key string) bool {
 
 func (b *redisBackend) channel(key string) (string, int) {
 	keys, ch := b.keys(key)
-	slot := 0
+	return ch, b.slot(keys)
+}
+
+// slot is the pub/sub connection of a lock's channel, given the lock's keys: on a Cluster
+// the keys' hash slot, else 0.
+func (b *redisBackend) slot(keys []string) int {
 	if b.cluster {
-		slot = hashSlot(keys[0])
+		return hashSlot(keys[0])
 	}
-	return ch, slot
+	return 0
 }
 
 func (b *redisBackend) listen(ctx context.Context, key, owner string) (listener, error) {
@@ -667,7 +686,7 @@ func (b *redisBackend) listenReady(key, owner string) listener {
 
 func (b *redisBackend) deliver(key string, h handOff) {
 	ch, slot := b.channel(key)
-	b.subs.deliver(ch, slot, h.owner, notice{token: h.token, lease: h.lease})
+	b.subs.deliver(ch, slot, h.owner, h.notice())
 }
 
 func (b *redisBackend) close() error {

@@ -49,14 +49,7 @@ func TestReentrancy(t *testing.T) {
 		t.Fatalf("inner release freed the key: %v", err)
 	}
 	// Another owner waiting gets it only after the outer release.
-	got := make(chan *dlock.Lock, 1)
-	go func() {
-		lk, err := other.Acquire(ctx, key)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lk
-	}()
+	got := acquireAsync(t, other, ctx, key)
 	select {
 	case <-got:
 		t.Fatal("other owner got the lock while the outer hold is open")

@@ -41,14 +41,7 @@ func TestReplicaAck(t *testing.T) {
 	}
 
 	// A hand-off is confirmed on the replica before the waiter gets the lock.
-	got := make(chan *dlock.Lock, 1)
-	go func() {
-		l2, err := c.Acquire(ctx, key)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l2
-	}()
+	got := acquireAsync(t, c, ctx, key)
 	time.Sleep(100 * time.Millisecond)
 	_ = lk.Release(ctx)
 	l2 := <-got

@@ -438,28 +438,45 @@ func (s *subscriber) listenReady(channel string, slot int, owner string) listene
 	return s.addLocked(conn, cs, channel, owner)
 }
 
-// deliver hands a notice to the local listeners of owner on channel, as a message would.
-func (s *subscriber) deliver(channel string, slot int, owner string, n notice) {
+// deliver hands a notice to the local listeners of owner on channel, as a message would. It
+// reports whether there was one.
+func (s *subscriber) deliver(channel string, slot int, owner string, n notice) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if conn := s.conns[slot]; conn != nil {
-		s.notifyLocked(conn, channel, owner, n)
+		return s.notifyLocked(conn, channel, owner, n)
+	}
+	return false
+}
+
+// lookAgain tells every local listener on channel to look at its lock now.
+func (s *subscriber) lookAgain(channel string, slot int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if conn := s.conns[slot]; conn != nil {
+		if cs := conn.chans[channel]; cs != nil {
+			cs.lookAgain()
+		}
 	}
 }
 
-func (s *subscriber) notifyLocked(conn *psConn, channel, owner string, n notice) {
+// notifyLocked hands n to the listeners of owner on channel; it reports whether there was one.
+func (s *subscriber) notifyLocked(conn *psConn, channel, owner string, n notice) bool {
 	cs := conn.chans[channel]
 	if cs == nil {
-		return
+		return false
 	}
+	found := false
 	for l := range cs.listeners {
 		if l.owner == owner {
+			found = true
 			select {
 			case l.c <- n:
 			default:
 			}
 		}
 	}
+	return found
 }
 
 // parseNotice reads a hand-off message: "<owner> <token> <lease ms>", or "<owner> 0" (look

@@ -190,27 +190,11 @@ func TestTelemetryHandedOff(t *testing.T) {
 	_, rdb, c := setup(t, dlock.WithTracerProvider(o.TP), dlock.WithMeterProvider(o.MP))
 	ctx := testContext(t, 20*time.Second)
 	key := uniqueKey(t)
-	lk, err := c.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *dlock.Lock, 1)
-	go func() {
-		l2, err := c.Acquire(ctx, key)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l2
-	}()
-	waitQueued(t, rdb, ctx, key)
+	lk, got := queueBehind(t, ctx, rdb, c, c, key)
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l2 := <-got
-	if l2 == nil {
-		t.FailNow()
-	}
-	_ = l2.Release(ctx)
+	_ = received(t, got).Release(ctx)
 	if got := handedOffAttrs(o); !slices.Equal(got, []string{"false", "true"}) {
 		t.Errorf("dlock.handed_off of the acquisitions, in the order they ended: %v, want [false true]", got)
 	}

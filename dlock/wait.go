@@ -327,9 +327,6 @@ func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure e
 			cancel()
 			if err == nil {
 				if res.owned && res.left == 0 {
-					if res.next.owner != "" {
-						c.be.deliver(l.key, res.next)
-					}
 					l.end(ErrNotHeld)
 				}
 				return

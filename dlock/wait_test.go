@@ -349,14 +349,7 @@ func TestHandOffLearnedByLooking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *dlock.Lock, 1)
-	go func() {
-		l2, err := deaf.Acquire(ctx, key)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l2
-	}()
+	got := acquireAsync(t, deaf, ctx, key)
 	time.Sleep(300 * time.Millisecond)
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -393,14 +386,7 @@ func TestHandOffLeaseFromReleaser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *dlock.Lock, 1)
-	go func() {
-		l2, err := waiter.Acquire(ctx, key)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l2
-	}()
+	got := acquireAsync(t, waiter, ctx, key)
 	time.Sleep(200 * time.Millisecond) // the waiter is in line
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -346,14 +346,7 @@ func TestHandedOffWithTTLKeepsItsTTL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan *dlock.Lock, 1)
-			go func() {
-				lk, err := waiter.Acquire(ctx, key, dlock.WithTTL(tc.ttl))
-				if err != nil {
-					t.Error(err)
-				}
-				got <- lk
-			}()
+			got := acquireAsync(t, waiter, ctx, key, dlock.WithTTL(tc.ttl))
 			for rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val() != 1 {
 				if ctx.Err() != nil {
 					t.Fatal("waiter not queued")

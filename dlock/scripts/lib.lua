@@ -81,7 +81,9 @@ local function lib()
   end
 
   -- hand_off gives a free lock (last token: last) to the first live waiter and tells it so
-  -- with one message "<owner> <token> <lease ms>" on the lock's channel. The new holder gets
+  -- with one message "<owner> <token> <lease ms>" on the lock's channel, unless the waiter's
+  -- owner id starts with mine (a non-empty owner-id prefix of the calling client): that
+  -- client tells its own waiter, sooner than a message would. The new holder gets
   -- min(its ttl, claim) until it renews, so a waiter that died after its last heartbeat blocks
   -- the line for at most claim; the message carries that lease, because the claim is the
   -- releasing client's setting, not the waiter's. A waiter that asked to skip completed work
@@ -89,7 +91,7 @@ local function lib()
   -- Waiters are taken off the head of the line as they are considered; dead ones are dropped.
   -- Returns the new holder, its token and its lease; or nil, having written nothing to the
   -- lock hash: the caller then records the lock as free.
-  function L.hand_off(last, claim, pubcmd, releaser)
+  function L.hand_off(last, claim, pubcmd, releaser, mine)
     local channel, nowus, nowms
     while true do
       local head = redis.call('ZPOPMIN', KEYS[2])
@@ -112,7 +114,9 @@ local function lib()
           local t = next_token(last, nowus)
           local lease = math.min(tonumber(ttl), claim)
           local written = L.grant(owner, t, lease, releaser)
-          redis.call(pubcmd, channel, owner .. ' ' .. written .. ' ' .. lease)
+          if not mine or mine == '' or string.sub(owner, 1, #mine) ~= mine then
+            redis.call(pubcmd, channel, owner .. ' ' .. written .. ' ' .. lease)
+          end
           return owner, t, lease
         end
       end

@@ -1,6 +1,8 @@
 -- release: drop one hold; at the last one free the lock and hand it to the next waiter.
 -- ARGV: 1 owner, 2 entry ('1' the first hold, n >= 2 a re-entry), 3 claim ms,
---       4 publish command, 5 record and 6 record ttl ms (only when a record is to be stored)
+--       4 publish command, 5 the releasing client's owner-id prefix ('' none: a hand-off to
+--       a waiter whose id starts with it is not published, the client tells its waiter
+--       itself), 6 record and 7 record ttl ms (only when a record is to be stored)
 -- Returns 0, a bare integer, after a full release with nobody in line; otherwise {1, holds
 -- left}, or {1, 0, next owner, its token, its lease ms} after a hand-off; {-1, 0} when the
 -- caller does not own the lock.
@@ -26,11 +28,11 @@ end
 -- the end of its lease and lose Complete's record: a retry would run the work again. The
 -- field never exists: nothing changes, and nothing is replicated.
 redis.call('HDEL', KEYS[1], '-')
-if ARGV[5] then
-  redis.call('SET', KEYS[4], ARGV[5], 'PX', ARGV[6])
+if ARGV[6] then
+  redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[7])
 end
 local function held(holds)
-  if ARGV[5] and cur[6] == '1' then
+  if ARGV[6] and cur[6] == '1' then
     local channel = string.sub(KEYS[1], 1, -5) .. 'ch'
     for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
       local waiter, flag = string.match(m, '^([^:]+):%d+:(%d)$')
@@ -63,7 +65,7 @@ else
   end
 end
 if cur[6] == '1' then
-  local next_owner, t, lease = lib().hand_off(cur[2], tonumber(ARGV[3]), ARGV[4], owner)
+  local next_owner, t, lease = lib().hand_off(cur[2], tonumber(ARGV[3]), ARGV[4], owner, ARGV[5])
   if next_owner then
     return {1, 0, next_owner, t, lease}
   end
