@@ -37,18 +37,20 @@ if free then
   end
 end
 
-local L = lib()
+-- The helpers (lib) are built only on the paths that use them: not to join the line of a
+-- held lock, the common path of a contended acquisition.
 local ttl, claim = tonumber(ARGV[2]), tonumber(ARGV[6])
 local member = owner .. ':' .. ARGV[2] .. ':' .. ARGV[4]
 
 if holder == owner then
-  L.dequeue(member)
+  lib().dequeue(member)
   return {1, tonumber(cur[2]), redis.call('PTTL', KEYS[1])}
 end
 
 if ARGV[4] == '1' then
   local rec = redis.call('GET', KEYS[4])
   if rec then
+    local L = lib()
     L.dequeue(member)
     if free then
       L.hand_off(cur[2], claim, ARGV[7])
@@ -64,6 +66,7 @@ if free then
   -- serve the first live waiter now. That may be the caller, behind waiters told to look
   -- again: it then holds the claim lease, like any waiter handed the lock. When nobody else
   -- is in line, the caller takes the lock.
+  local L = lib()
   local head = L.head(math.floor(nowus / 1000))
   if head and head ~= member then
     local got, t, lease = L.hand_off(cur[2], claim, ARGV[7])
