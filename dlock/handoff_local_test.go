@@ -1,15 +1,21 @@
 package dlock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
 )
 
 // firstMessage publishes a sentinel on channel and returns the first message ps receives:
@@ -130,5 +136,110 @@ func TestLostReleaseReplyStillWakesOwnWaiter(t *testing.T) {
 	}
 	if n := rdb.Exists(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
 		t.Fatalf("line still exists after the hand-off and release")
+	}
+}
+
+// replyLoser makes connections that lose the reply of the next command written that starts
+// with match, once armed: the command runs in Redis, its reply is read off the socket and
+// thrown away, and the connection reports EOF, as when it breaks between Redis's answer and
+// the client. go-redis then sends the command again on a new connection (MaxRetries).
+type replyLoser struct {
+	mu    sync.Mutex
+	match []byte
+	hits  atomic.Int32
+}
+
+func (f *replyLoser) arm(match string) {
+	f.mu.Lock()
+	f.match = []byte(match)
+	f.mu.Unlock()
+}
+
+func (f *replyLoser) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &replyLoserConn{Conn: c, f: f}, nil
+}
+
+type replyLoserConn struct {
+	net.Conn
+	f    *replyLoser
+	lose atomic.Bool
+}
+
+func (c *replyLoserConn) Write(p []byte) (int, error) {
+	c.f.mu.Lock()
+	if c.f.match != nil && bytes.HasPrefix(bytes.ToLower(p), c.f.match) {
+		c.f.match = nil
+		c.lose.Store(true)
+		c.f.hits.Add(1)
+	}
+	c.f.mu.Unlock()
+	return c.Conn.Write(p)
+}
+
+func (c *replyLoserConn) Read(p []byte) (int, error) {
+	if c.lose.Load() {
+		_, _ = c.Conn.Read(make([]byte, 64<<10)) // the reply: the command ran
+		_ = c.Conn.Close()
+		return 0, io.EOF
+	}
+	return c.Conn.Read(p)
+}
+
+// releaseCall is how a release script call starts on the wire: EVALSHA with 4 keys and 5
+// arguments (an acquisition's look sends 7, leaving the line 4).
+const releaseCall = "*12\r\n$7\r\nevalsha\r\n"
+
+// A release whose reply is lost on the wire is sent again by go-redis itself. The first run
+// handed the lock to a waiter of the same Client without a message; the second finds the
+// lock released by its caller, and names the holder again so that the Client tells it.
+// Release returns nil: the caller sees an ordinary release. Without that, the waiter would
+// hold the lock in Redis without knowing it, until its look an hour later.
+func TestRetriedReleaseStillWakesOwnWaiter(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	f := &replyLoser{}
+	c := newClient(t, srv.Client(t, func(o *redis.Options) { o.Dialer = f.dial }), dlock.WithRetryInterval(time.Hour))
+	other := newClient(t, rdb, dlock.WithRetryInterval(time.Hour))
+	for _, tc := range []struct {
+		name   string
+		waiter *dlock.Client
+	}{
+		{"same Client", c},
+		{"another Client", other},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t, 30*time.Second)
+			key := uniqueKey(t)
+			// A first hand-off: the scripts are loaded and the channel subscribed, so the
+			// waiter below listens before its first look.
+			lk, got := queueBehind(t, ctx, rdb, c, tc.waiter, key)
+			if err := lk.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := received(t, got).Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			lk, got = queueBehind(t, ctx, rdb, c, tc.waiter, key)
+			f.arm(releaseCall)
+			if err := lk.Release(ctx); err != nil {
+				t.Fatalf("release sent again after its reply was lost: %v", err)
+			}
+			if n := f.hits.Swap(0); n != 1 {
+				t.Fatalf("the reply of %d release calls was lost, want 1", n)
+			}
+			l2 := received(t, got)
+			if l2.Token() <= lk.Token() {
+				t.Fatalf("waiter's token %d is not above the releaser's %d", l2.Token(), lk.Token())
+			}
+			if err := l2.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

@@ -4,8 +4,9 @@
 --       a waiter whose id starts with it is not published, the client tells its waiter
 --       itself), 6 record and 7 record ttl ms (only when a record is to be stored)
 -- Returns 0, a bare integer, after a full release with nobody in line; otherwise {1, holds
--- left}, or {1, 0, next owner, its token, its lease ms} after a hand-off; {-1, 0} when the
--- caller does not own the lock.
+-- left}, or {1, 0, next owner, its token, its lease ms} after a hand-off (or after a retried
+-- release, when the holder now is a waiter of the releasing client); {-1, 0} when the caller
+-- does not own the lock.
 -- Safe to run twice: a hold is only counted off once (its field, or x for the first hold, says
 -- whether it is gone), and a full release leaves the owner in r so that a retried release
 -- answers released instead of lost.
@@ -17,6 +18,14 @@ local owner, entry = ARGV[1], ARGV[2]
 local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'r', 'h', 'x', 'w')
 if cur[1] ~= owner then
   if cur[3] == owner then
+    -- A retried release (the reply of the first run was lost, and the client sent it
+    -- again). If the first run handed the lock to a waiter of the releasing client, it
+    -- published nothing: name the holder again, with what is left of its lease, so that the
+    -- client tells it (a holder that knows already ignores it).
+    local mine = ARGV[5]
+    if cur[1] and mine and mine ~= '' and string.sub(cur[1], 1, #mine) == mine then
+      return {1, 0, cur[1], tonumber(cur[2]), redis.call('PTTL', KEYS[1])}
+    end
     return {1, 0}
   end
   return {-1, 0}
