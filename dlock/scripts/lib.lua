@@ -41,6 +41,13 @@ local function next_token(last, now)
   return now
 end
 
+-- ours reports whether owner (an owner id, or false for none) starts with mine, the owner-id
+-- prefix of the calling client ('' or nil: the client gave none). That client tells its own
+-- waiters of a hand-off: no message is published for them.
+local function ours(owner, mine)
+  return owner and mine and mine ~= '' and string.sub(owner, 1, #mine) == mine
+end
+
 local function lib()
   local L = {}
 
@@ -81,9 +88,9 @@ local function lib()
   end
 
   -- hand_off gives a free lock (last token: last) to the first live waiter and tells it so
-  -- with one message "<owner> <token> <lease ms>" on the lock's channel, unless the waiter's
-  -- owner id starts with mine (a non-empty owner-id prefix of the calling client): that
-  -- client tells its own waiter, sooner than a message would. The new holder gets
+  -- with one message "<owner> <token> <lease ms>" on the lock's channel, unless the waiter is
+  -- one of the calling client's (see ours): that client tells it, sooner than a message
+  -- would. The new holder gets
   -- min(its ttl, claim) until it renews, so a waiter that died after its last heartbeat blocks
   -- the line for at most claim; the message carries that lease, because the claim is the
   -- releasing client's setting, not the waiter's. A waiter that asked to skip completed work
@@ -114,7 +121,7 @@ local function lib()
           local t = next_token(last, nowus)
           local lease = math.min(tonumber(ttl), claim)
           local written = L.grant(owner, t, lease, releaser)
-          if not mine or mine == '' or string.sub(owner, 1, #mine) ~= mine then
+          if not ours(owner, mine) then
             redis.call(pubcmd, channel, owner .. ' ' .. written .. ' ' .. lease)
           end
           return owner, t, lease

@@ -22,8 +22,7 @@ if cur[1] ~= owner then
     -- again). If the first run handed the lock to a waiter of the releasing client, it
     -- published nothing: name the holder again, with what is left of its lease, so that the
     -- client tells it (a holder that knows already ignores it).
-    local mine = ARGV[5]
-    if cur[1] and mine and mine ~= '' and string.sub(cur[1], 1, #mine) == mine then
+    if ours(cur[1], ARGV[5]) then
       return {1, 0, cur[1], tonumber(cur[2]), redis.call('PTTL', KEYS[1])}
     end
     return {1, 0}
