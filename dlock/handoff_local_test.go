@@ -36,6 +36,33 @@ func firstMessage(t *testing.T, ctx context.Context, rdb *redis.Client, ps *redi
 	}
 }
 
+// handOffOnce takes key with holder, queues waiter behind it and hands the lock over: the
+// scripts are loaded and the channel subscribed, so a waiter that comes next listens before
+// its first look.
+func handOffOnce(t *testing.T, ctx context.Context, rdb *redis.Client, holder, waiter *dlock.Client, key string) {
+	t.Helper()
+	lk, got := queueBehind(t, ctx, rdb, holder, waiter, key)
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := received(t, got).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// takeOver receives the waiter's lock from got, checks that its token follows prev's, and
+// releases it.
+func takeOver(t *testing.T, ctx context.Context, got <-chan *dlock.Lock, prev *dlock.Lock) {
+	t.Helper()
+	lk := received(t, got)
+	if lk.Token() <= prev.Token() {
+		t.Fatalf("waiter's token %d is not above the releaser's %d", lk.Token(), prev.Token())
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A release that hands the lock to a waiter of the same Client tells that waiter itself and
 // publishes nothing; a hand-off to another Client's waiter goes by message. The retry
 // interval is an hour: only a notice gets a waiter the lock within the test.
@@ -115,25 +142,12 @@ func TestLostReleaseReplyStillWakesOwnWaiter(t *testing.T) {
 	key := uniqueKey(t)
 	// A wait on the key first, so that the channel is subscribed: the next waiter listens
 	// before its first look, and is waiting for a notice once it is in line.
+	handOffOnce(t, ctx, rdb, c, c, key)
 	lk, got := queueBehind(t, ctx, rdb, c, c, key)
-	if err := lk.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := received(t, got).Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	lk, got = queueBehind(t, ctx, rdb, c, c, key)
 	if err := lk.Release(context.WithValue(ctx, loseReply{}, true)); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("release with its reply lost: %v, want ErrUnavailable", err)
 	}
-	l2 := received(t, got)
-	if l2.Token() <= lk.Token() {
-		t.Fatalf("waiter's token %d is not above the releaser's %d", l2.Token(), lk.Token())
-	}
-	if err := l2.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeOver(t, ctx, got, lk)
 	if n := rdb.Exists(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
 		t.Fatalf("line still exists after the hand-off and release")
 	}
@@ -215,17 +229,8 @@ func TestRetriedReleaseStillWakesOwnWaiter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t, 30*time.Second)
 			key := uniqueKey(t)
-			// A first hand-off: the scripts are loaded and the channel subscribed, so the
-			// waiter below listens before its first look.
+			handOffOnce(t, ctx, rdb, c, tc.waiter, key)
 			lk, got := queueBehind(t, ctx, rdb, c, tc.waiter, key)
-			if err := lk.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := received(t, got).Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-
-			lk, got = queueBehind(t, ctx, rdb, c, tc.waiter, key)
 			f.arm(releaseCall)
 			if err := lk.Release(ctx); err != nil {
 				t.Fatalf("release sent again after its reply was lost: %v", err)
@@ -233,13 +238,7 @@ func TestRetriedReleaseStillWakesOwnWaiter(t *testing.T) {
 			if n := f.hits.Swap(0); n != 1 {
 				t.Fatalf("the reply of %d release calls was lost, want 1", n)
 			}
-			l2 := received(t, got)
-			if l2.Token() <= lk.Token() {
-				t.Fatalf("waiter's token %d is not above the releaser's %d", l2.Token(), lk.Token())
-			}
-			if err := l2.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
+			takeOver(t, ctx, got, lk)
 		})
 	}
 }
