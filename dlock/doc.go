@@ -15,8 +15,9 @@
 // # What it does
 //
 //   - Acquire and Release are one Lua script each: one round trip when the lock is free.
-//   - Ownership is a random UUID per acquisition. Release, Refresh and Complete check it in the
-//     same script that acts, so nobody frees a lock they do not hold.
+//   - Ownership is a random UUID per acquisition (its first 8 bytes are the Client's, shared by
+//     all its acquisitions). Release, Refresh and Complete check it in the same script that
+//     acts, so nobody frees a lock they do not hold.
 //   - Waiters queue in Redis in arrival order. The release script hands the lock straight to
 //     the first live waiter and tells it with one pub/sub message (sharded on a Cluster), so a
 //     waiter is not starved by a holder re-acquiring in a loop, and needs no extra round trip.
