@@ -107,7 +107,8 @@ func TestFencingAfterKeyLoss(t *testing.T) {
 }
 
 // The lock hash's last token is ahead of the server clock (a promoted replica whose clock is
-// behind the old master's): the next tokens must still be strictly above it and each other.
+// behind the old master's): the next tokens must still be strictly above it and each other,
+// and each is stored as the integer it is.
 func TestTokensAboveLastWhenClockBehind(t *testing.T) {
 	_, rdb, c := setup(t)
 	ctx := testContext(t, 10*time.Second)
@@ -134,6 +135,10 @@ func TestTokensAboveLastWhenClockBehind(t *testing.T) {
 			t.Fatalf("acquisition %d: token %d not above the last %d", i, lk.Token(), last)
 		}
 		last = lk.Token()
+		// Stored as its integer text: the next token is computed from it.
+		if got := rdb.HGet(ctx, lockKey, "t").Val(); got != strconv.FormatInt(last, 10) {
+			t.Fatalf("acquisition %d: stored token %q, want %d", i, got, last)
+		}
 		if err := lk.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -12,11 +12,12 @@ import (
 )
 
 // TestFullRedisFinishesWork: a Redis that is full under noeviction (the setting Check asks
-// for) refuses new locks, but never the end of work already running: a release, a release
-// with Complete's record, a hand-off to a waiter in line, a waiter leaving the line. A busy
-// lock stays busy (ErrNotObtained), not a store error, also for a wait that cannot join the
-// line. Before, the release scripts' first write was refused with OOM: the lock stayed held
-// to its lease end and Complete's record was lost, so a retry ran the work again.
+// for) refuses new locks, but never the end of work already running: a plain release, the
+// release of re-entered holds, a release with Complete's record, a hand-off to a waiter in
+// line, a waiter leaving the line. A busy lock stays busy (ErrNotObtained), not a store
+// error, also for a wait that cannot join the line. Before, the release scripts' first write
+// was refused with OOM: the lock stayed held to its lease end and Complete's record was lost,
+// so a retry ran the work again.
 func TestFullRedisFinishesWork(t *testing.T) {
 	srv := redistest.Start(t, redistest.WithArgs("--maxmemory-policy", "noeviction"))
 	admin := srv.Client(t) // to see the line
@@ -37,7 +38,7 @@ func TestFullRedisFinishesWork(t *testing.T) {
 		}
 		return lk
 	}
-	paid, outer := acquire("pay"), acquire("nested")
+	paid, outer, plain := acquire("pay"), acquire("nested"), acquire("plain")
 	inner, err := c.Acquire(dlock.WithLock(ctx, outer), "nested")
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +76,12 @@ func TestFullRedisFinishesWork(t *testing.T) {
 	if !errors.Is(err, dlock.ErrNotObtained) || errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("Acquire of a held key when full = %v, want ErrNotObtained alone", err)
 	}
-	// Work that was running finishes: its record is stored and the lock freed.
+	// Work that was running finishes: the lock freed, its record stored if asked. A plain
+	// release (last hold, nobody in line, no record) first tries its one write, which a full
+	// Redis refuses, and then frees the lock as every other release does.
+	if err := plain.Release(ctx); err != nil {
+		t.Fatalf("Release when full: %v", err)
+	}
 	if err := paid.Complete(ctx, []byte("charged"), time.Minute); err != nil {
 		t.Fatalf("Complete when full: %v", err)
 	}
@@ -106,7 +112,7 @@ func TestFullRedisFinishesWork(t *testing.T) {
 	// Room again: every key released above is free at once (nothing waits for a lease to
 	// end, nothing was handed to the waiter that left).
 	full(false)
-	for _, key := range []string{"pay", "nested", "handed", "left", "new"} {
+	for _, key := range []string{"pay", "nested", "plain", "handed", "left", "new"} {
 		lk, err := c.TryAcquire(ctx, key)
 		if err != nil {
 			t.Fatalf("%s after Redis has room again: %v", key, err)

@@ -30,15 +30,22 @@ if free then
     others = redis.call('EXISTS', KEYS[2])
   end
   if others == 0 then
-    local t = next_token(cur[2])
-    redis.call('HSET', KEYS[1], 'o', owner, 't', string.format('%.0f', t), 'h', '1')
+    -- next_token (see the prelude), written out. Redis turns a number argument into text
+    -- with 17 significant digits: a token (16 digits) is stored as the integer it is.
+    local now = redis.call('TIME')
+    local t = now[1] * 1000000 + now[2]
+    local last = tonumber(cur[2])
+    if last and last >= t then
+      t = last + 1
+    end
+    redis.call('HSET', KEYS[1], 'o', owner, 't', t, 'h', '1')
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return t
   end
 end
 
 -- The helpers (lib) are built only on the paths that use them: not to join the line of a
--- held lock, the common path of a contended acquisition.
+-- held lock, the common path of a contended acquisition, which reads the time itself.
 local ttl, claim = tonumber(ARGV[2]), tonumber(ARGV[6])
 local member = owner .. ':' .. ARGV[2] .. ':' .. ARGV[4]
 
@@ -59,7 +66,8 @@ if ARGV[4] == '1' then
   end
 end
 
-local nowus = now_us()
+local now = redis.call('TIME')
+local nowus = now[1] * 1000000 + now[2]
 local held_token = cur[2]
 if free then
   -- The holder's lease ran out with others in line (a released lock has nobody in line):
@@ -81,7 +89,7 @@ if free then
   end
   if not head or head == member then
     L.dequeue(member)
-    local t = next_token(cur[2], nowus)
+    local t = L.next_token(cur[2], nowus)
     L.grant(owner, t, ttl)
     return {1, t, ttl}
   end

@@ -18,38 +18,40 @@
 -- hands it to the first live waiter or empties the line, and a waiter only joins the line of a
 -- held lock. A lock hash whose w is not '1' has nobody in line either. The common paths (a
 -- free lock taken, a lock released with nobody in line) are written out in each script and
--- never look at the line; the helpers of the other paths are only built, by lib(), when one
--- is taken.
-
--- now_us is the server time in microseconds.
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- next_token returns the token after last (the lock hash's t, nil when the hash does not
--- exist): the server time in microseconds, or last + 1 if that is not above last. Tokens thus
--- follow the clock (each grant is a script of its own, over a microsecond long), and a
--- replica promoted after missing the last grants, whose hash still holds an older t, gives a
--- token above the lost ones as long as its clock is not behind the old master's. now, when
--- given, is a now_us() the script read already: one TIME call per script is enough.
-local function next_token(last, now)
-  now = now or now_us()
-  if last and tonumber(last) >= now then
-    return tonumber(last) + 1
-  end
-  return now
-end
-
--- ours reports whether owner (an owner id, or false for none) starts with mine, the owner-id
--- prefix of the calling client ('' or nil: the client gave none). That client tells its own
--- waiters of a hand-off: no message is published for them.
-local function ours(owner, mine)
-  return owner and mine and mine ~= '' and string.sub(owner, 1, #mine) == mine
-end
+-- never look at the line. Nothing of this prelude runs on them: it only defines lib(), which
+-- builds the helpers of the other paths when one is taken (every function a script defines
+-- is made anew on each call, and costs Redis time on each call).
 
 local function lib()
   local L = {}
+
+  -- now_us is the server time in microseconds.
+  function L.now_us()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+
+  -- next_token returns the token after last (the lock hash's t, nil when the hash does not
+  -- exist): the server time in microseconds, or last + 1 if that is not above last. Tokens thus
+  -- follow the clock (each grant is a script of its own, over a microsecond long), and a
+  -- replica promoted after missing the last grants, whose hash still holds an older t, gives a
+  -- token above the lost ones as long as its clock is not behind the old master's. now, when
+  -- given, is a now_us() the script read already: one TIME call per script is enough.
+  function L.next_token(last, now)
+    now = now or L.now_us()
+    if last and tonumber(last) >= now then
+      return tonumber(last) + 1
+    end
+    return now
+  end
+
+  -- ours reports whether owner (an owner id, or false for none) starts with mine, the owner-id
+  -- prefix of the calling client ('' or nil: the client gave none). That client tells its own
+  -- waiters of a hand-off: no message is published for them.
+  function L.ours(owner, mine)
+    return owner and mine and mine ~= '' and string.sub(owner, 1, #mine) == mine
+  end
+
 
   function L.dequeue(member)
     redis.call('ZREM', KEYS[2], member)
@@ -109,7 +111,7 @@ local function lib()
       local deadline = tonumber(redis.call('ZSCORE', KEYS[3], m))
       redis.call('ZREM', KEYS[3], m)
       if not nowms then
-        nowus = now_us()
+        nowus = L.now_us()
         nowms = math.floor(nowus / 1000)
         channel = string.sub(KEYS[1], 1, -5) .. 'ch'
       end
@@ -118,10 +120,10 @@ local function lib()
         if flag == '1' and redis.call('EXISTS', KEYS[4]) == 1 then
           redis.call(pubcmd, channel, owner .. ' 0')
         else
-          local t = next_token(last, nowus)
+          local t = L.next_token(last, nowus)
           local lease = math.min(tonumber(ttl), claim)
           local written = L.grant(owner, t, lease, releaser)
-          if not ours(owner, mine) then
+          if not L.ours(owner, mine) then
             redis.call(pubcmd, channel, owner .. ' ' .. written .. ' ' .. lease)
           end
           return owner, t, lease

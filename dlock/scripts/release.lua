@@ -10,8 +10,8 @@
 -- Safe to run twice: a hold is only counted off once (its field, or x for the first hold, says
 -- whether it is gone), and a full release leaves the owner in r so that a retried release
 -- answers released instead of lost.
--- The last hold with nobody in line (no w on the lock) costs three calls: HMGET, HDEL (see
--- below), HSET.
+-- The last hold with nobody in line (no w on the lock) and no record costs two calls: HMGET,
+-- HSET.
 -- A record stored while holds remain tells the waiters that skip completed work (flag 1) to
 -- look again, which finds the record: they need not wait for the outer hold's release.
 local owner, entry = ARGV[1], ARGV[2]
@@ -22,7 +22,7 @@ if cur[1] ~= owner then
     -- again). If the first run handed the lock to a waiter of the releasing client, it
     -- published nothing: name the holder again, with what is left of its lease, so that the
     -- client tells it (a holder that knows already ignores it).
-    if ours(cur[1], ARGV[5]) then
+    if lib().ours(cur[1], ARGV[5]) then
       return {1, 0, cur[1], tonumber(cur[2]), redis.call('PTTL', KEYS[1])}
     end
     return {1, 0}
@@ -31,10 +31,22 @@ if cur[1] ~= owner then
 end
 -- Finishing work goes through when Redis is full (maxmemory with noeviction). Redis refuses
 -- a script for OOM only at its first write that may grow memory, and only while the script
--- has written nothing yet; HDEL is allowed when full and counts as a write, so the record and
--- the freed lock below are not refused. A release refused here would leave the lock held to
--- the end of its lease and lose Complete's record: a retry would run the work again. The
--- field never exists: nothing changes, and nothing is replicated.
+-- has written nothing yet; HDEL is allowed when full and counts as a write, so the writes
+-- after it are not refused. A release refused would leave the lock held to the end of its
+-- lease and lose Complete's record: a retry would run the work again. The HDEL's field never
+-- exists: nothing changes, and nothing is replicated. The common release (last hold, nobody
+-- in line, no record) tries its one write first and sends the HDEL only when Redis refused it.
+if entry == '1' and not ARGV[6] and not cur[5] and cur[4] == '1' and cur[6] ~= '1' then
+  local ok = redis.pcall('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
+  if type(ok) == 'table' and ok.err then
+    if string.sub(ok.err, 1, 3) ~= 'OOM' then
+      return redis.error_reply(ok.err)
+    end
+    redis.call('HDEL', KEYS[1], '-')
+    redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
+  end
+  return 0
+end
 redis.call('HDEL', KEYS[1], '-')
 if ARGV[6] then
   redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[7])
