@@ -43,6 +43,13 @@ func TestFullRedisFinishesWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Released outer hold first: that release writes the x field, a write Redis refuses when
+	// full unless the script wrote before.
+	outerFirst := acquire("outer-first")
+	innerLast, err := c.Acquire(dlock.WithLock(ctx, outerFirst), "outer-first")
+	if err != nil {
+		t.Fatal(err)
+	}
 	// A waiter in line for "handed", and one for "left" that gives up while Redis is full.
 	holder, left := acquire("handed"), acquire("left")
 	handed := make(chan error, 1)
@@ -95,6 +102,12 @@ func TestFullRedisFinishesWork(t *testing.T) {
 	if err := outer.Release(ctx); err != nil {
 		t.Fatalf("releasing the outer hold when full: %v", err)
 	}
+	if err := outerFirst.Release(ctx); err != nil {
+		t.Fatalf("releasing an outer hold before its re-entry when full: %v", err)
+	}
+	if err := innerLast.Release(ctx); err != nil {
+		t.Fatalf("releasing the last, re-entry hold when full: %v", err)
+	}
 	if err := holder.Release(ctx); err != nil {
 		t.Fatalf("release to a waiter when full: %v", err)
 	}
@@ -112,7 +125,7 @@ func TestFullRedisFinishesWork(t *testing.T) {
 	// Room again: every key released above is free at once (nothing waits for a lease to
 	// end, nothing was handed to the waiter that left).
 	full(false)
-	for _, key := range []string{"pay", "nested", "plain", "handed", "left", "new"} {
+	for _, key := range []string{"pay", "nested", "outer-first", "plain", "handed", "left", "new"} {
 		lk, err := c.TryAcquire(ctx, key)
 		if err != nil {
 			t.Fatalf("%s after Redis has room again: %v", key, err)

@@ -174,9 +174,9 @@ func TestScriptLineMarker(t *testing.T) {
 
 // The common paths cost what docs/dlock.md says: taking a new key HMGET, EXISTS (line, and the
 // record with SkipCompleted), TIME, HSET, PEXPIRE; taking a released one HMGET, TIME, HSET,
-// PEXPIRE (every token reads the clock); releasing with nobody in line HMGET, HSET (the HDEL
-// that lets a release write when Redis is full is only sent after Redis refused the HSET).
-// None of them reads the line itself.
+// PEXPIRE (every token reads the clock); releasing with nobody in line HMGET, HSET, and SET
+// for a completion record (the HDEL that lets a release write when Redis is full is only sent
+// after Redis refused a write). None of them reads the line itself.
 func TestScriptCommonPathCalls(t *testing.T) {
 	r := newScriptRig(t)
 	ctx := context.Background()
@@ -197,6 +197,15 @@ func TestScriptCommonPathCalls(t *testing.T) {
 	if res, err := r.be.release(ctx, releaseRequest{key: "k2", owner: "c", entry: "1"}); err != nil || !res.owned {
 		t.Fatalf("release k2: %+v %v", res, err)
 	}
+	// A release that stores a completion record adds its SET, and nothing else.
+	done := acquireRequest{key: "k3", owner: "d", ttl: time.Minute}
+	if res, err := r.be.acquire(ctx, done); err != nil || res.status != statusObtained {
+		t.Fatalf("k3: %+v %v", res, err)
+	}
+	complete := releaseRequest{key: "k3", owner: "d", entry: "1", storeRecord: true, record: []byte("done"), retention: time.Minute}
+	if res, err := r.be.release(ctx, complete); err != nil || !res.owned {
+		t.Fatalf("complete k3: %+v %v", res, err)
+	}
 	stats, err := r.rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +219,7 @@ func TestScriptCommonPathCalls(t *testing.T) {
 		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
 		got[strings.TrimPrefix(name, "cmdstat_")] = calls
 	}
-	want := map[string]string{"hmget": "6", "hset": "6", "pexpire": "3", "exists": "2", "time": "3"}
+	want := map[string]string{"hmget": "8", "hset": "8", "pexpire": "4", "exists": "3", "time": "4", "set": "1"}
 	for cmd, n := range want {
 		if got[cmd] != n {
 			t.Errorf("%s called %q times, want %s", cmd, got[cmd], n)

@@ -10,8 +10,8 @@
 -- Safe to run twice: a hold is only counted off once (its field, or x for the first hold, says
 -- whether it is gone), and a full release leaves the owner in r so that a retried release
 -- answers released instead of lost.
--- The last hold with nobody in line (no w on the lock) and no record costs two calls: HMGET,
--- HSET.
+-- The last hold with nobody in line (no w on the lock) costs two calls: HMGET, HSET (and SET
+-- for a record).
 -- A record stored while holds remain tells the waiters that skip completed work (flag 1) to
 -- look again, which finds the record: they need not wait for the outer hold's release.
 local owner, entry = ARGV[1], ARGV[2]
@@ -30,26 +30,33 @@ if cur[1] ~= owner then
   return {-1, 0}
 end
 -- Finishing work goes through when Redis is full (maxmemory with noeviction). Redis refuses
--- a script for OOM only at its first write that may grow memory, and only while the script
--- has written nothing yet; HDEL is allowed when full and counts as a write, so the writes
--- after it are not refused. A release refused would leave the lock held to the end of its
--- lease and lose Complete's record: a retry would run the work again. The HDEL's field never
--- exists: nothing changes, and nothing is replicated. The common release (last hold, nobody
--- in line, no record) tries its one write first and sends the HDEL only when Redis refused it.
-if entry == '1' and not ARGV[6] and not cur[5] and cur[4] == '1' and cur[6] ~= '1' then
-  local ok = redis.pcall('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
-  if type(ok) == 'table' and ok.err then
-    if string.sub(ok.err, 1, 3) ~= 'OOM' then
-      return redis.error_reply(ok.err)
+-- a script for OOM only at its first write that may grow memory (HSET, SET, HINCRBY), and
+-- only while the script has written nothing yet; a write that cannot grow memory (HDEL,
+-- ZPOPMIN, ZREM) is allowed when full and counts as a write, so the writes after it are not
+-- refused. A release refused would leave the lock held to the end of its lease and lose
+-- Complete's record: a retry would run the work again. Each path's first write goes through
+-- write, which, when Redis refuses it for OOM, sends an HDEL of a field that never exists
+-- (nothing changes, nothing is replicated) and the write again; or it is one of those Redis
+-- allows when full: the HDEL of a re-entry hold's field, a hand-off's ZPOPMIN. The HDEL costs
+-- a call only when Redis is full.
+local wrote = false
+local function write(...)
+  if wrote then
+    return redis.call(...)
+  end
+  wrote = true
+  local res = redis.pcall(...)
+  if type(res) == 'table' and res.err then
+    if string.sub(res.err, 1, 3) ~= 'OOM' then
+      error(res)
     end
     redis.call('HDEL', KEYS[1], '-')
-    redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
+    return redis.call(...)
   end
-  return 0
+  return res
 end
-redis.call('HDEL', KEYS[1], '-')
 if ARGV[6] then
-  redis.call('SET', KEYS[4], ARGV[6], 'PX', ARGV[7])
+  write('SET', KEYS[4], ARGV[6], 'PX', ARGV[7])
 end
 local function held(holds)
   if ARGV[6] and cur[6] == '1' then
@@ -69,13 +76,14 @@ if entry == '1' then
     return held(holds) -- a retry: the first hold is gone already
   end
   if holds > 1 then
-    redis.call('HSET', KEYS[1], 'x', '1')
+    write('HSET', KEYS[1], 'x', '1')
     return held(redis.call('HINCRBY', KEYS[1], 'h', -1))
   end
 else
   if redis.call('HDEL', KEYS[1], 'e' .. entry) == 0 then
     return held(holds) -- a retry, or a hold that was never added
   end
+  wrote = true
   holds = redis.call('HINCRBY', KEYS[1], 'h', -1)
   if holds > 0 then
     return held(holds)
@@ -92,5 +100,5 @@ if cur[6] == '1' then
   redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0', 'w', '0')
   return {1, 0}
 end
-redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
+write('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
 return 0
