@@ -231,3 +231,30 @@ func TestScriptCommonPathCalls(t *testing.T) {
 		}
 	}
 }
+
+// A release whose first write fails for a reason other than a full Redis (here an ACL user
+// that may not run HSET) fails with Redis's error, not a retry of it as if Redis were full,
+// and changes nothing: the lock is still held by its owner.
+func TestReleaseWriteErrorKeepsRedisError(t *testing.T) {
+	r := newScriptRig(t)
+	ctx := context.Background()
+	if res := r.acquire("a", false); res.status != statusObtained {
+		t.Fatalf("a: %+v", res)
+	}
+	if err := r.rdb.Do(ctx, "ACL", "SETUSER", "nohset", "on", ">pw", "~*", "&*", "+@all", "-hset").Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := *r.rdb.Options()
+	opts.Username, opts.Password = "nohset", "pw"
+	limited := redis.NewClient(&opts)
+	t.Cleanup(func() { _ = limited.Close() })
+	be := newRedisBackend(limited, &config{lease: time.Minute, retry: 200 * time.Millisecond, prefix: "lockguard"})
+	t.Cleanup(func() { _ = be.close() })
+	_, err := be.release(ctx, releaseRequest{key: r.key, owner: "a", entry: "1"})
+	if err == nil || !strings.Contains(err.Error(), "can't run this command") {
+		t.Fatalf("release by a user that may not run HSET = %v, want the ACL refusal", err)
+	}
+	if got := r.rdb.HGet(ctx, r.keys[0], "o").Val(); got != "a" {
+		t.Fatalf("owner after the failed release = %q, want a", got)
+	}
+}

@@ -52,7 +52,6 @@ local function lib()
     return owner and mine and mine ~= '' and string.sub(owner, 1, #mine) == mine
   end
 
-
   function L.dequeue(member)
     redis.call('ZREM', KEYS[2], member)
     redis.call('ZREM', KEYS[3], member)

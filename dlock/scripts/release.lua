@@ -47,10 +47,10 @@ local function write(...)
   wrote = true
   local res = redis.pcall(...)
   if type(res) == 'table' and res.err then
-    if string.sub(res.err, 1, 3) ~= 'OOM' then
-      error(res)
+    if string.sub(res.err, 1, 3) == 'OOM' then
+      redis.call('HDEL', KEYS[1], '-')
     end
-    redis.call('HDEL', KEYS[1], '-')
+    -- Goes through after the HDEL; any other error (an ACL refusal) is raised as Redis gives it.
     return redis.call(...)
   end
   return res
