@@ -409,7 +409,6 @@ func (s *subscriber) addLocked(conn *psConn, cs *chanState, channel, owner strin
 	return l
 }
 
-// listenReady registers a listener only if channel is subscribed and confirmed already.
 // subscribed reports whether any pub/sub connection is open: listenReady finds nothing
 // otherwise.
 func (s *subscriber) subscribed() bool {
@@ -418,6 +417,7 @@ func (s *subscriber) subscribed() bool {
 	return len(s.conns) > 0
 }
 
+// listenReady registers a listener only if channel is subscribed and confirmed already.
 func (s *subscriber) listenReady(channel string, slot int, owner string) listener {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -80,6 +80,9 @@ func (s *Store) ReadBalance(ctx context.Context, accountID string, fence int64) 
 	return sn, nil
 }
 
+// statusBefore is the status an order must have for Apply to move it to the key's status.
+var statusBefore = map[string]string{StatusPaid: StatusPending, StatusRefunded: StatusPaid}
+
 // Apply is the last step of a balance change: it writes the balance computed from the
 // snapshot read earlier (blindly, whatever happened since, as naive code does, unless the
 // snapshot was read under a fencing token: then only while the account still carries that
@@ -93,9 +96,6 @@ func (s *Store) ReadBalance(ctx context.Context, accountID string, fence int64) 
 // this write, where the provider call sits; a crash or a cancelled request here must not
 // leave a balance changed without its ledger entry, so the write step cannot be torn.
 // The entry's BasedOn and At are stamped here (from.Version and now); balance is the new one.
-// statusBefore is the status an order must have for Apply to move it to the key's status.
-var statusBefore = map[string]string{StatusPaid: StatusPending, StatusRefunded: StatusPaid}
-
 func (s *Store) Apply(ctx context.Context, from Snapshot, e Entry, status string) (balance int64, err error) {
 	balance = from.Balance + e.Signed()
 	tx, err := s.db.BeginTx(ctx, nil)
