@@ -91,11 +91,10 @@ func slotStart(t time.Time, period time.Duration, loc *time.Location) time.Time 
 	case period < day:
 		return subDayStart(t, period, loc)
 	}
-	y, m, d := t.In(loc).Date()
-	days := time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix()/86400 + daysToUnixEpoch
+	days := calendarDay(t.In(loc)) + daysToUnixEpoch
 	n := int64(period / day)
 	days -= (days%n + n) % n // floored: before year 1 too
-	y, m, d = time.Unix((days-daysToUnixEpoch)*86400, 0).UTC().Date()
+	y, m, d := time.Unix((days-daysToUnixEpoch)*86400, 0).UTC().Date()
 	return localTime(y, m, d, 0, loc)
 }
 
@@ -122,7 +121,7 @@ func subDayStart(t time.Time, period time.Duration, loc *time.Location) time.Tim
 		// The clock changed between the multiple and t: compare its reading just before the
 		// change with the one at the change, counted on from the earlier day.
 		before, after := changed.Add(-time.Nanosecond).In(loc), changed.In(loc)
-		from, to := wallClock(before), wallClock(after)+time.Duration(daysBetween(before, after))*24*time.Hour
+		from, to := wallClock(before), wallClock(after)+time.Duration(calendarDay(after)-calendarDay(before))*24*time.Hour
 		if to > from && to/period > from/period {
 			return after
 		}
@@ -131,11 +130,10 @@ func subDayStart(t time.Time, period time.Duration, loc *time.Location) time.Tim
 	return t.Add(-(wallClock(t.In(loc)) % period)).In(loc)
 }
 
-// daysBetween is how many calendar days b's date is after a's (negative when before).
-func daysBetween(a, b time.Time) int64 {
-	ay, am, ad := a.Date()
-	by, bm, bd := b.Date()
-	return (time.Date(by, bm, bd, 0, 0, 0, 0, time.UTC).Unix() - time.Date(ay, am, ad, 0, 0, 0, 0, time.UTC).Unix()) / 86400
+// calendarDay numbers the date t shows on its calendar: days since January 1, 1970.
+func calendarDay(t time.Time) int64 {
+	y, m, d := t.Date()
+	return time.Date(y, m, d, 0, 0, 0, 0, time.UTC).Unix() / 86400
 }
 
 // wallClock is the time of day t shows on its clock.
