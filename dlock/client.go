@@ -273,9 +273,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	var g grant
 	var err error
 	for {
-		if r.owner, err = c.ids.next(); err != nil {
-			break
-		}
+		r.owner = c.ids.next()
 		g, err = c.obtain(ctx, look, r)
 		if err == nil && g.handedOff && (c.cfg.replicas > 0 || g.confirmDue()) {
 			err = c.confirmHandOff(ctx, r, &g)

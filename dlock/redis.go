@@ -3,7 +3,9 @@ package dlock
 import (
 	"cmp"
 	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -30,16 +32,55 @@ var (
 	//go:embed scripts/renew.lua
 	luaRenew string
 
-	scriptAcquire = redis.NewScript(luaLib + luaAcquire)
-	scriptRelease = redis.NewScript(luaLib + luaRelease)
-	scriptLeave   = redis.NewScript(luaLib + luaLeave)
-	scriptReenter = redis.NewScript(luaReenter)
-	scriptRenew   = redis.NewScript(luaRenew)
+	scriptAcquire = newLuaScript(luaLib + luaAcquire)
+	scriptRelease = newLuaScript(luaLib + luaRelease)
+	scriptLeave   = newLuaScript(luaLib + luaLeave)
+	scriptReenter = newLuaScript(luaReenter)
+	scriptRenew   = newLuaScript(luaRenew)
 	// scriptProbe does nothing, as a script that may write: it reaches the master of its
 	// key's slot, and Redis holds it back while it holds back writes (CLIENT PAUSE WRITE, a
 	// failover), exactly as it would the look whose silence it checks.
-	scriptProbe = redis.NewScript("return 1")
+	scriptProbe = newLuaScript("return 1")
 )
+
+// luaScript is a script of the Redis backend, sent by its SHA1 (EVALSHA), and in full (EVAL)
+// only when the server does not have it yet: after a restart, a failover, SCRIPT FLUSH.
+type luaScript struct {
+	src, sha string
+	shaArg   any // sha as a command argument, converted once
+}
+
+func newLuaScript(src string) *luaScript {
+	sum := sha1.Sum([]byte(src))
+	sha := hex.EncodeToString(sum[:])
+	return &luaScript{src: src, sha: sha, shaArg: sha}
+}
+
+// run runs s on keys with args, as redis.Script.Run does, building the command in one
+// argument slice: Script.Run copies keys and args into a slice of its own on every call.
+func (s *luaScript) run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
+	cmdArgs := make([]any, 3+len(keys), 3+len(keys)+len(args))
+	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", s.shaArg, len(keys)
+	for i, key := range keys {
+		cmdArgs[3+i] = key
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := s.process(ctx, rdb, cmdArgs, len(keys) > 0)
+	if isNoScript(cmd.Err()) {
+		cmdArgs[0], cmdArgs[1] = "eval", s.src
+		cmd = s.process(ctx, rdb, cmdArgs, len(keys) > 0)
+	}
+	return cmd
+}
+
+func (s *luaScript) process(ctx context.Context, rdb redis.UniversalClient, cmdArgs []any, keyed bool) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if keyed {
+		cmd.SetFirstKeyPos(3) // a Cluster client routes the command by its first key
+	}
+	_ = rdb.Process(ctx, cmd)
+	return cmd
+}
 
 // renewChunk bounds the keys of one renew script call, so one call never blocks Redis for long
 // (about a millisecond for 1000 keys).
@@ -117,12 +158,15 @@ var keySuffixes = [...]string{"lock", "q", "qd", "done", "ch"}
 // keys returns the four keys of a lock in script order and its channel. They are substrings
 // of one string: two allocations per lock, not six.
 func (b *redisBackend) keys(key string) ([]string, string) {
-	base := b.prefix + ":{" + escapeTag(key) + "}:"
+	tag := escapeTag(key)
 	var sb strings.Builder
-	sb.Grow(len(keySuffixes) * (len(base) + 4))
+	sb.Grow(len(keySuffixes) * (len(b.prefix) + len(tag) + 4 + 4))
 	var ends [len(keySuffixes)]int
 	for i, suffix := range keySuffixes {
-		sb.WriteString(base)
+		sb.WriteString(b.prefix)
+		sb.WriteString(":{")
+		sb.WriteString(tag)
+		sb.WriteString("}:")
 		sb.WriteString(suffix)
 		ends[i] = sb.Len()
 	}
@@ -169,7 +213,6 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 	if r.skipCompleted {
 		skip = 1
 	}
-	args := []any{r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg}
 	var reply any
 	call := b.call
 	if r.wait {
@@ -177,10 +220,11 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 	}
 	err := call(ctx, func(ctx context.Context) (err error) {
 		if b.replicas > 0 {
-			reply, err = b.runAcked(ctx, scriptAcquire, luaLib+luaAcquire, keys, args)
+			args := []any{r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg}
+			reply, err = b.runAcked(ctx, scriptAcquire, keys, args)
 			return err
 		}
-		reply, err = scriptAcquire.Run(ctx, b.rdb, keys, args...).Result()
+		reply, err = scriptAcquire.run(ctx, b.rdb, keys, r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg).Result()
 		return err
 	})
 	if err != nil {
@@ -198,7 +242,7 @@ var errNotReplicated = errors.New("not acknowledged by enough replicas")
 // On a Cluster, a MOVED reply (the slot moved to another master since the client last
 // loaded the cluster's layout) is followed, as go-redis follows it for other commands: the
 // layout is reloaded and the pipeline sent to the slot's new master, at most twice.
-func (b *redisBackend) runAcked(ctx context.Context, script *redis.Script, src string, keys []string, args []any) (any, error) {
+func (b *redisBackend) runAcked(ctx context.Context, script *luaScript, keys []string, args []any) (any, error) {
 	var (
 		eval *redis.Cmd
 		wait *redis.Cmd
@@ -211,9 +255,9 @@ func (b *redisBackend) runAcked(ctx context.Context, script *redis.Script, src s
 		send := func(useEval bool) {
 			_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
 				if useEval {
-					eval = p.Eval(ctx, src, keys, args...)
+					eval = p.Eval(ctx, script.src, keys, args...)
 				} else {
-					eval = p.EvalSha(ctx, script.Hash(), keys, args...)
+					eval = p.EvalSha(ctx, script.sha, keys, args...)
 				}
 				wait = p.Do(ctx, "WAIT", b.replicas, b.replicaWait.Milliseconds())
 				return nil
@@ -282,7 +326,7 @@ func (b *redisBackend) confirm(ctx context.Context, key, owner string, ttl time.
 	keys, _ := b.keys(key)
 	var reply any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
-		reply, err = b.runAcked(ctx, scriptRenew, luaRenew, keys[:1], []any{owner, ms(ttl)})
+		reply, err = b.runAcked(ctx, scriptRenew, keys[:1], []any{owner, ms(ttl)})
 		return err
 	})
 	if err != nil {
@@ -340,7 +384,7 @@ func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string, sk
 	}
 	var reply any
 	err := b.call(ctx, func(ctx context.Context) (err error) {
-		reply, err = scriptReenter.Run(ctx, b.rdb, []string{keys[0], keys[3]}, owner, entry, skip).Result()
+		reply, err = scriptReenter.run(ctx, b.rdb, []string{keys[0], keys[3]}, owner, entry, skip).Result()
 		return err
 	})
 	if err != nil {
@@ -367,13 +411,15 @@ func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string, sk
 // finds it.
 func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
 	keys, ch := b.keys(r.key)
-	args := []any{r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg}
-	if r.storeRecord {
-		args = append(args, r.record, ms(r.retention))
-	}
 	var reply any
 	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
-		reply, err = scriptRelease.Run(ctx, b.rdb, keys, args...).Result()
+		var cmd *redis.Cmd
+		if r.storeRecord {
+			cmd = scriptRelease.run(ctx, b.rdb, keys, r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg, r.record, ms(r.retention))
+		} else {
+			cmd = scriptRelease.run(ctx, b.rdb, keys, r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg)
+		}
+		reply, err = cmd.Result()
 		if err != nil {
 			b.subs.lookAgain(ch, b.slot(keys))
 		}
@@ -415,7 +461,7 @@ func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, er
 	args := []any{r.owner, b.member(r), b.claimArg, b.pubArg}
 	var reply []any
 	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
-		reply, err = scriptLeave.Run(ctx, b.rdb, keys, args...).Slice()
+		reply, err = scriptLeave.run(ctx, b.rdb, keys, args...).Slice()
 		return err
 	})
 	if err != nil {
@@ -531,9 +577,9 @@ func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok
 		send := func(bts []*renewBatch) []answer {
 			cmds, _ := b.pipeline(ctx, len(bts), func(p redis.Pipeliner, i int, useEval bool) *redis.Cmd {
 				if useEval {
-					return p.Eval(ctx, luaRenew, bts[i].keys, bts[i].args...)
+					return p.Eval(ctx, scriptRenew.src, bts[i].keys, bts[i].args...)
 				}
-				return p.EvalSha(ctx, scriptRenew.Hash(), bts[i].keys, bts[i].args...)
+				return p.EvalSha(ctx, scriptRenew.sha, bts[i].keys, bts[i].args...)
 			})
 			got := make([]answer, len(cmds))
 			for i, cmd := range cmds {
@@ -653,13 +699,17 @@ func (b *redisBackend) record(ctx context.Context, key string) ([]byte, bool, er
 
 func (b *redisBackend) probe(ctx context.Context, key string) bool {
 	keys, _ := b.keys(key)
-	err := b.call(ctx, func(ctx context.Context) error { return scriptProbe.Run(ctx, b.rdb, keys[:1]).Err() })
+	err := b.call(ctx, func(ctx context.Context) error { return scriptProbe.run(ctx, b.rdb, keys[:1]).Err() })
 	return err == nil
 }
 
+// channel returns the channel of a lock and its slot (see slot), building no key name.
 func (b *redisBackend) channel(key string) (string, int) {
-	keys, ch := b.keys(key)
-	return ch, b.slot(keys)
+	ch := b.prefix + ":{" + escapeTag(key) + "}:" + keySuffixes[len(keySuffixes)-1]
+	if b.cluster {
+		return ch, hashSlot(ch) // the lock's hash tag: the slot of its keys
+	}
+	return ch, 0
 }
 
 // slot is the pub/sub connection of a lock's channel, given the lock's keys: on a Cluster
@@ -749,11 +799,17 @@ const migrationWait = 5 * time.Second
 // lock held, and its line blocked, until the lease ends; a waiting acquisition is willing to
 // wait anyway. TryAcquire does not wait: it fails with ErrUnavailable.
 func (b *redisBackend) callThroughMigration(ctx context.Context, fn func(context.Context) error) error {
-	start := time.Now()
+	var start time.Time // of the first refusal: the common call is not refused
 	delay := 10 * time.Millisecond
 	for {
 		err := b.call(ctx, fn)
-		if !migrating(err) || time.Since(start)+delay > migrationWait {
+		if !migrating(err) {
+			return err
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if time.Since(start)+delay > migrationWait {
 			return err
 		}
 		t := time.NewTimer(delay)
