@@ -62,7 +62,11 @@ type backend interface {
 }
 
 type acquireRequest struct {
-	key, owner    string
+	key, owner string
+	// names is the store's handle on key's names from an earlier acquireResult of the same
+	// acquisition (nil: the store makes it from key). The lease keeps it for every later
+	// request about the lock (release, renewal), so the names are made once per acquisition.
+	names         any
 	ttl           time.Duration
 	wait          bool
 	skipCompleted bool
@@ -106,6 +110,7 @@ func afterInFlight(err error) {
 
 type acquireResult struct {
 	status acquireStatus
+	names  any   // the store's handle on the key's names, for the requests that follow
 	token  int64 // obtained: ours; busy: the holder's (0 when unknown)
 	// busy: time left on the holder's lease; obtained: time left on ours (shorter than the
 	// requested ttl when the lock was handed to us and awaits confirmation); < 0 when unknown
@@ -115,6 +120,7 @@ type acquireResult struct {
 
 type releaseRequest struct {
 	key, owner, entry string
+	names             any // see acquireRequest.names
 	storeRecord       bool
 	record            []byte
 	retention         time.Duration
@@ -142,6 +148,7 @@ func (h handOff) notice() notice { return notice{token: h.token, lease: h.lease}
 
 type renewal struct {
 	key, owner string
+	names      any // see acquireRequest.names
 	ttl        time.Duration
 }
 

@@ -290,7 +290,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 		// Obtained as Close ran: no watchdog will renew it and nobody can use it. Free it in
 		// Redis rather than leave it held to the end of its lease.
 		rctx, cancel := c.boundedContext(context.WithoutCancel(ctx))
-		_, _ = c.be.release(rctx, releaseRequest{key: key, owner: r.owner, entry: "1"})
+		_, _ = c.be.release(rctx, releaseRequest{key: key, owner: r.owner, entry: "1", names: g.names})
 		cancel()
 		err = ErrClosed
 	}
@@ -299,6 +299,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 		return nil, err
 	}
 	l := newLease(c, key, r.owner, g.token, r.ttl, ac.ttl == 0)
+	l.names = g.names
 	// A handed-off lease holds the releaser's claim lease (min(ttl, claim)) until confirmed. A
 	// WithTTL lease that got its whole ttl needs no confirmation; one that got less is
 	// confirmed to what is left of ttl from now.

@@ -17,6 +17,7 @@ import (
 type lease struct {
 	c     *Client
 	key   string
+	names any // the store's handle on key's names (see acquireRequest.names)
 	owner string
 	token int64
 	ttl   time.Duration
@@ -313,7 +314,7 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 			// owner), so that the last one frees it rather than leave it held to the end of
 			// its lease, storing Complete's record with it as a release would; the loss stays
 			// the answer.
-			r.key, r.owner, r.entry = l.key, l.owner, lk.entry
+			r.key, r.owner, r.entry, r.names = l.key, l.owner, lk.entry, l.names
 			ctx, cancel := l.c.boundedContext(ctx)
 			defer cancel()
 			_, _ = l.c.be.release(ctx, r)
@@ -324,7 +325,7 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 		wd.remove(l) // no renewal may follow the release
 	}
 
-	r.key, r.owner, r.entry = l.key, l.owner, lk.entry
+	r.key, r.owner, r.entry, r.names = l.key, l.owner, lk.entry, l.names
 	ctx, cancel := l.c.boundedContext(ctx)
 	defer cancel()
 	res, err := l.c.be.release(ctx, r)
@@ -382,7 +383,7 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return unavailable("refresh", ctx.Err())
 	}
 	sent := time.Now()
-	ok, err := l.c.be.renew(ctx, []renewal{{key: l.key, owner: l.owner, ttl: ttl}})
+	ok, err := l.c.be.renew(ctx, []renewal{{key: l.key, owner: l.owner, names: l.names, ttl: ttl}})
 	if err != nil {
 		// The outcome is unknown: Redis may have applied ttl, or may yet (a call given up by
 		// its context still runs). Count on the shorter of the two leases, and let no other

@@ -56,19 +56,27 @@ func newLuaScript(src string) *luaScript {
 	return &luaScript{src: src, sha: sha, shaArg: sha}
 }
 
-// run runs s on keys with args, as redis.Script.Run does, building the command in one
-// argument slice: Script.Run copies keys and args into a slice of its own on every call.
+// run runs s on keys with args, as redis.Script.Run does.
 func (s *luaScript) run(ctx context.Context, rdb redis.UniversalClient, keys []string, args ...any) *redis.Cmd {
-	cmdArgs := make([]any, 3+len(keys), 3+len(keys)+len(args))
-	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", s.shaArg, len(keys)
+	keyArgs := make([]any, len(keys))
 	for i, key := range keys {
-		cmdArgs[3+i] = key
+		keyArgs[i] = key
 	}
+	return s.runKeyArgs(ctx, rdb, keyArgs, args...)
+}
+
+// runKeyArgs is run with the keys already converted to command arguments (see lockNames),
+// building the command in one argument slice: Script.Run converts the keys and copies keys
+// and args into a slice of its own on every call.
+func (s *luaScript) runKeyArgs(ctx context.Context, rdb redis.UniversalClient, keyArgs []any, args ...any) *redis.Cmd {
+	cmdArgs := make([]any, 0, 3+len(keyArgs)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", s.shaArg, len(keyArgs))
+	cmdArgs = append(cmdArgs, keyArgs...)
 	cmdArgs = append(cmdArgs, args...)
-	cmd := s.process(ctx, rdb, cmdArgs, len(keys) > 0)
+	cmd := s.process(ctx, rdb, cmdArgs, len(keyArgs) > 0)
 	if isNoScript(cmd.Err()) {
 		cmdArgs[0], cmdArgs[1] = "eval", s.src
-		cmd = s.process(ctx, rdb, cmdArgs, len(keys) > 0)
+		cmd = s.process(ctx, rdb, cmdArgs, len(keyArgs) > 0)
 	}
 	return cmd
 }
@@ -179,6 +187,30 @@ func (b *redisBackend) keys(key string) ([]string, string) {
 	return keys, all[start:]
 }
 
+// lockNames are the names of one lock's keys and channel, with the keys converted to script
+// arguments: made once per acquisition and handed back by the Client with every request
+// about the lease (acquireRequest.names), so neither a release nor a renewal builds them
+// again. A lockNames is never changed once made.
+type lockNames struct {
+	keys    []string // script order, see keySuffixes
+	keyArgs [len(keySuffixes) - 1]any
+	ch      string
+}
+
+// names returns given when it is a lockNames (of key: the Client passes back only what
+// this backend made for the same key), else makes key's.
+func (b *redisBackend) names(key string, given any) *lockNames {
+	if n, ok := given.(*lockNames); ok {
+		return n
+	}
+	n := &lockNames{}
+	n.keys, n.ch = b.keys(key)
+	for i, k := range n.keys {
+		n.keyArgs[i] = k
+	}
+	return n
+}
+
 func (b *redisBackend) pubCmd() string {
 	if b.cluster {
 		return "SPUBLISH"
@@ -205,7 +237,7 @@ func (b *redisBackend) member(r acquireRequest) string {
 }
 
 func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireResult, error) {
-	keys, _ := b.keys(r.key)
+	n := b.names(r.key, r.names)
 	wait, skip := 0, 0
 	if r.wait {
 		wait = 1
@@ -221,16 +253,18 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 	err := call(ctx, func(ctx context.Context) (err error) {
 		if b.replicas > 0 {
 			args := []any{r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg}
-			reply, err = b.runAcked(ctx, scriptAcquire, keys, args)
+			reply, err = b.runAcked(ctx, scriptAcquire, n.keys, args)
 			return err
 		}
-		reply, err = scriptAcquire.run(ctx, b.rdb, keys, r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg).Result()
+		reply, err = scriptAcquire.runKeyArgs(ctx, b.rdb, n.keyArgs[:], r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg).Result()
 		return err
 	})
 	if err != nil {
-		return acquireResult{}, unavailable("acquire", err)
+		return acquireResult{names: n}, unavailable("acquire", err)
 	}
-	return parseAcquire(reply, r.ttl)
+	res, err := parseAcquire(reply, r.ttl)
+	res.names = n
+	return res, err
 }
 
 // errNotReplicated is returned when WAIT saw fewer replicas than WithReplicaAck asks for.
@@ -410,14 +444,15 @@ func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string, sk
 // given up by its context finishes in the background first), and the one it was handed to
 // finds it.
 func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
-	keys, ch := b.keys(r.key)
+	n := b.names(r.key, r.names)
+	keys, ch := n.keys, n.ch
 	var reply any
 	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
 		var cmd *redis.Cmd
 		if r.storeRecord {
-			cmd = scriptRelease.run(ctx, b.rdb, keys, r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg, r.record, ms(r.retention))
+			cmd = scriptRelease.runKeyArgs(ctx, b.rdb, n.keyArgs[:], r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg, r.record, ms(r.retention))
 		} else {
-			cmd = scriptRelease.run(ctx, b.rdb, keys, r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg)
+			cmd = scriptRelease.runKeyArgs(ctx, b.rdb, n.keyArgs[:], r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg)
 		}
 		reply, err = cmd.Result()
 		if err != nil {
@@ -457,11 +492,11 @@ func parseHandOff(v []any) handOff {
 }
 
 func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, error) {
-	keys, _ := b.keys(r.key)
+	n := b.names(r.key, r.names)
 	args := []any{r.owner, b.member(r), b.claimArg, b.pubArg}
 	var reply []any
 	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
-		reply, err = scriptLeave.run(ctx, b.rdb, keys, args...).Slice()
+		reply, err = scriptLeave.runKeyArgs(ctx, b.rdb, n.keyArgs[:], args...).Slice()
 		return err
 	})
 	if err != nil {
@@ -522,7 +557,7 @@ func (b *redisBackend) renewGroups(ctx context.Context, rs []renewal) [][]*renew
 	var batches []*renewBatch
 	bySlot := map[int]*renewBatch{}
 	for i, r := range rs {
-		keys, _ := b.keys(r.key)
+		keys := b.names(r.key, r.names).keys
 		slot := 0
 		if b.cluster {
 			slot = hashSlot(keys[0])

@@ -15,6 +15,7 @@ type grant struct {
 	handedOff bool          // the lock came from the line, as the releasing client left it
 	confirmed bool          // a handed-off lock already extended to its full lease (confirmHandOff)
 	attempts  int
+	names     any // the store's handle on the key's names (see acquireRequest.names)
 }
 
 // confirmDue reports whether a handed-off grant must be renewed before it is used: its lease,
@@ -37,6 +38,9 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 		g.attempts++
 		g.sent = time.Now()
 		res, err := c.be.acquire(ctx, r)
+		if res.names != nil {
+			r.names, g.names = res.names, res.names
+		}
 		if err != nil {
 			// The script may have run and given us the lock (reply lost, or ctx ended while the
 			// call was in flight), or queued us: take us out, so no lock is left that nobody
@@ -323,7 +327,7 @@ func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure e
 		delay := dropRetry
 		for {
 			cctx, cancel := c.releaseContext(ctx)
-			res, err := c.be.release(cctx, releaseRequest{key: l.key, owner: l.owner, entry: entry})
+			res, err := c.be.release(cctx, releaseRequest{key: l.key, owner: l.owner, entry: entry, names: l.names})
 			cancel()
 			if err == nil {
 				if res.owned && res.left == 0 {

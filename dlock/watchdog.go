@@ -217,7 +217,7 @@ func (w *watchdog) renew(due []*lease) {
 	rs := make([]renewal, len(due))
 	timeout := time.Duration(1<<63 - 1)
 	for i, l := range due {
-		rs[i] = renewal{key: l.key, owner: l.owner, ttl: l.renewTTL()}
+		rs[i] = renewal{key: l.key, owner: l.owner, names: l.names, ttl: l.renewTTL()}
 		timeout = min(timeout, rs[i].ttl/3)
 	}
 	// A renewal is useless after a third of the lease: the next one is due by then.
