@@ -23,9 +23,6 @@ type lease struct {
 	ttl   time.Duration
 	auto  bool // renewed by the watchdog
 
-	ctx    context.Context // ends when the lease ends: released (ErrNotHeld) or lost (ErrLockLost)
-	cancel context.CancelCauseFunc
-
 	// renewing holds a token while a renewal of this lease is in flight (a Refresh, or the
 	// watchdog's batch), so that no two cross: the lease must end on our clock no later than
 	// in Redis, and with two renewals in flight we could not tell which one Redis applied last.
@@ -44,6 +41,10 @@ type lease struct {
 	fixedEnd  time.Time   // a handed-off WithTTL lease: when it ends, ttl after it was obtained
 	watchedBy *watchdog
 	cause     error   // why the lease ended, once ended
+	// finished is set once end has counted and logged the end: from then on err reports
+	// cause, and doneCh (made on first use by done: most leases end unwatched) is closed.
+	finished bool
+	doneCh   chan struct{}
 	bound     []bound // contexts of WithLock that end with the lease
 }
 
@@ -77,7 +78,6 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 func newLease(c *Client, key, owner string, token int64, ttl time.Duration, auto bool) *lease {
 	l := &lease{c: c, key: key, owner: owner, token: token, ttl: ttl, auto: auto, holds: 1, entries: 1,
 		renewing: make(chan struct{}, 1)}
-	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	return l
 }
 
@@ -142,7 +142,12 @@ func (l *lease) end(cause error) bool {
 	if errors.Is(cause, ErrLockLost) {
 		l.c.log.Warn("dlock: lock lost", "key_hash", KeyHash(l.key), "token", l.token, "cause", cause)
 	}
-	l.cancel(cause)
+	l.mu.Lock()
+	l.finished = true
+	if l.doneCh != nil {
+		close(l.doneCh)
+	}
+	l.mu.Unlock()
 	for _, b := range bound {
 		b.cancel(cause)
 	}
@@ -208,10 +213,25 @@ func (l *lease) boundFrom(ctx context.Context, lk *Lock) context.Context {
 
 // err is nil while the lease is live, else its cause.
 func (l *lease) err() error {
-	if l.ctx.Err() == nil {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.finished {
 		return nil
 	}
-	return context.Cause(l.ctx)
+	return l.cause
+}
+
+// done returns a channel that is closed when the lease ends (see finished).
+func (l *lease) done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.doneCh == nil {
+		l.doneCh = make(chan struct{})
+		if l.finished {
+			close(l.doneCh)
+		}
+	}
+	return l.doneCh
 }
 
 // Key returns the key the lock was acquired for.
@@ -236,7 +256,7 @@ func (lk *Lock) HoldCount() int {
 
 // Done returns a channel that is closed when the lease ends: after the last hold is released,
 // or when the lock is lost. Err tells which.
-func (lk *Lock) Done() <-chan struct{} { return lk.l.ctx.Done() }
+func (lk *Lock) Done() <-chan struct{} { return lk.l.done() }
 
 // Err returns nil while this hold is held. After the lease was lost it returns an error matching
 // ErrLockLost; after this hold (or the whole lease) was released, an error matching ErrNotHeld.

@@ -338,7 +338,7 @@ func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure e
 			t := time.NewTimer(delay)
 			select {
 			case <-t.C:
-			case <-l.ctx.Done():
+			case <-l.done():
 			case <-c.closing:
 			}
 			t.Stop()
