@@ -41,11 +41,11 @@ type lease struct {
 	fixedEnd  time.Time   // a handed-off WithTTL lease: when it ends, ttl after it was obtained
 	watchedBy *watchdog
 	cause     error   // why the lease ended, once ended
+	bound     []bound // contexts of WithLock that end with the lease
 	// finished is set once end has counted and logged the end: from then on err reports
 	// cause, and doneCh (made on first use by done: most leases end unwatched) is closed.
 	finished bool
 	doneCh   chan struct{}
-	bound     []bound // contexts of WithLock that end with the lease
 }
 
 // bound is a context made by WithLock, ended by the lease's end in the same goroutine: no
