@@ -1,14 +1,9 @@
 package dlock_test
 
 import (
-	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockguard/lockguard/dlock"
 )
@@ -28,7 +23,7 @@ func TestFlushedScriptsAreSentInFull(t *testing.T) {
 	}
 	evals := func() int {
 		t.Helper()
-		return commandCalls(t, rdb, "eval")
+		return commandCalls(t, rdb)["eval"]
 	}
 	start := evals()
 
@@ -49,7 +44,7 @@ func TestFlushedScriptsAreSentInFull(t *testing.T) {
 	if err := lk.Refresh(ctx, time.Minute); err != nil {
 		t.Fatalf("Refresh after SCRIPT FLUSH: %v", err)
 	}
-	if pttl := rdb.PTTL(ctx, dlock.DefaultPrefix+":{"+key+"}:lock").Val(); pttl < 50*time.Second {
+	if pttl := rdb.PTTL(ctx, lockKeyOf(t, rdb, key)).Val(); pttl < 50*time.Second {
 		t.Fatalf("lock hash expires in %v after a Refresh to 1m", pttl)
 	}
 	flush()
@@ -80,25 +75,4 @@ func TestFlushedScriptsAreSentInFull(t *testing.T) {
 	if got := evals() - start; got < 5 {
 		t.Fatalf("%d scripts sent in full, want at least 5 (one after each flush)", got)
 	}
-}
-
-// commandCalls is how many times the server ran cmd, from INFO commandstats.
-func commandCalls(t *testing.T, rdb *redis.Client, cmd string) int {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\r\n") {
-		rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	return 0
 }

@@ -61,20 +61,30 @@ func TestWatchdogKeepsLock(t *testing.T) {
 // scriptCalls is the number of EVAL and EVALSHA calls the server has answered.
 func scriptCalls(t *testing.T, rdb *redis.Client) int {
 	t.Helper()
+	calls := commandCalls(t, rdb)
+	return calls["evalsha"] + calls["eval"]
+}
+
+// commandCalls is how many times the server ran each command, from INFO commandstats.
+func commandCalls(t *testing.T, rdb *redis.Client) map[string]int {
+	t.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 0
-	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-				n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-				total += n
-			}
+	calls := map[string]int{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok {
+			continue
 		}
+		n, err := strconv.Atoi(strings.SplitN(stats, ",", 2)[0])
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		calls[name] = n
 	}
-	return total
+	return calls
 }
 
 func TestLossDetectedOnDelete(t *testing.T) {
