@@ -236,8 +236,8 @@ func (b *redisBackend) member(r acquireRequest) string {
 	return r.owner + ":" + strconv.FormatInt(ms(r.ttl), 10) + ":" + strconv.Itoa(flag)
 }
 
-func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireResult, error) {
-	n := b.names(r.key, r.names)
+// acquireArgs are the acquire script's arguments (see acquire.lua).
+func (b *redisBackend) acquireArgs(r acquireRequest) []any {
 	wait, skip := 0, 0
 	if r.wait {
 		wait = 1
@@ -245,6 +245,11 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 	if r.skipCompleted {
 		skip = 1
 	}
+	return []any{r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg}
+}
+
+func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireResult, error) {
+	n := b.names(r.key, r.names)
 	var reply any
 	call := b.call
 	if r.wait {
@@ -252,11 +257,10 @@ func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireRe
 	}
 	err := call(ctx, func(ctx context.Context) (err error) {
 		if b.replicas > 0 {
-			args := []any{r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg}
-			reply, err = b.runAcked(ctx, scriptAcquire, n.keys, args)
+			reply, err = b.runAcked(ctx, scriptAcquire, n.keys, b.acquireArgs(r))
 			return err
 		}
-		reply, err = scriptAcquire.runKeyArgs(ctx, b.rdb, n.keyArgs[:], r.owner, b.ttlArg(r.ttl), wait, skip, b.liveArg, b.claimArg, b.pubArg).Result()
+		reply, err = scriptAcquire.runKeyArgs(ctx, b.rdb, n.keyArgs[:], b.acquireArgs(r)...).Result()
 		return err
 	})
 	if err != nil {
@@ -443,18 +447,20 @@ func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string, sk
 // waiter of this Client on the lock is told to look again, once the call is over (a call
 // given up by its context finishes in the background first), and the one it was handed to
 // finds it.
+// releaseArgs are the release script's arguments (see release.lua).
+func (b *redisBackend) releaseArgs(r releaseRequest) []any {
+	if r.storeRecord {
+		return []any{r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg, r.record, ms(r.retention)}
+	}
+	return []any{r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg}
+}
+
 func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
 	n := b.names(r.key, r.names)
 	keys, ch := n.keys, n.ch
 	var reply any
 	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
-		var cmd *redis.Cmd
-		if r.storeRecord {
-			cmd = scriptRelease.runKeyArgs(ctx, b.rdb, n.keyArgs[:], r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg, r.record, ms(r.retention))
-		} else {
-			cmd = scriptRelease.runKeyArgs(ctx, b.rdb, n.keyArgs[:], r.owner, r.entry, b.claimArg, b.pubArg, b.mineArg)
-		}
-		reply, err = cmd.Result()
+		reply, err = scriptRelease.runKeyArgs(ctx, b.rdb, n.keyArgs[:], b.releaseArgs(r)...).Result()
 		if err != nil {
 			b.subs.lookAgain(ch, b.slot(keys))
 		}
