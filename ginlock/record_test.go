@@ -128,3 +128,29 @@ func TestVersion1RecordReplays(t *testing.T) {
 			w.Code, w.Body, w.Header().Get(ReplayedHeader), runs.Load())
 	}
 }
+
+// TestSumFieldsLayout pins the fingerprint's input: each field preceded by its length as a
+// uvarint. Stored records carry this sum, so it must not change between releases; fields over
+// 127 bytes (two-byte lengths) and inputs longer than the stack buffer are covered.
+func TestSumFieldsLayout(t *testing.T) {
+	long := strings.Repeat("b", 300)
+	for _, fields := range [][]string{
+		{},
+		{"POST", "/payments", ""},
+		{"POST", "/payments", "/payments", "a=1", long},
+	} {
+		var in []byte
+		for _, f := range fields {
+			n := len(f)
+			for n >= 0x80 {
+				in = append(in, byte(n)|0x80)
+				n >>= 7
+			}
+			in = append(in, byte(n))
+			in = append(in, f...)
+		}
+		if got, want := sumFields(fields...), sha256.Sum256(in); got != want {
+			t.Errorf("sumFields(%d fields) = %x, want %x", len(fields), got, want)
+		}
+	}
+}

@@ -47,15 +47,16 @@ func (r *record) matches(p requestPrint) bool {
 	return r.fingerprint == p.sum()
 }
 
-// sumFields is the SHA-256 of fields, each preceded by its length.
-func sumFields(fields ...string) (sum [sha256.Size]byte) {
-	h := sha256.New()
+// sumFields is the SHA-256 of fields, each preceded by its length (uvarint). The input is
+// put together in one buffer, on the stack for the usual short fields.
+func sumFields(fields ...string) [sha256.Size]byte {
+	var buf [256]byte
+	b := buf[:0]
 	for _, s := range fields {
-		h.Write(binary.AppendUvarint(nil, uint64(len(s))))
-		h.Write([]byte(s))
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
 	}
-	h.Sum(sum[:0])
-	return sum
+	return sha256.Sum256(b)
 }
 
 // record is a stored response.

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,10 +190,12 @@ func TestReplayStatusesAndHeaders(t *testing.T) {
 	var runs atomic.Int32
 	r.POST("/payments", ginlock.New(e.locks, payKey,
 		ginlock.WithReplayStatuses(func(s int) bool { return s == http.StatusAccepted }),
-		ginlock.WithReplayHeaders("x-payment-id"),
+		ginlock.WithReplayHeaders("x-payment-id", "x-trace", "x-absent"),
 		ginlock.WithReplay(time.Minute)), func(c *gin.Context) {
 		n := runs.Add(1)
 		c.Header("X-Payment-Id", "p-1")
+		c.Writer.Header().Add("X-Trace", "a")
+		c.Writer.Header().Add("X-Trace", "b")
 		if n == 1 {
 			c.String(http.StatusBadRequest, "no")
 			return
@@ -206,8 +209,14 @@ func TestReplayStatusesAndHeaders(t *testing.T) {
 	if w.Code != http.StatusAccepted || w.Body.String() != "queued" || runs.Load() != 2 {
 		t.Fatalf("got %d %q after %d runs, want a replayed 202 after 2", w.Code, w.Body, runs.Load())
 	}
-	if w.Header().Get("X-Payment-Id") != "p-1" {
-		t.Fatalf("replayed headers %v, want X-Payment-Id", w.Header())
+	if got := w.Header().Values("X-Payment-Id"); !slices.Equal(got, []string{"p-1"}) {
+		t.Fatalf("replayed X-Payment-Id %q in %v, want [p-1]", got, w.Header())
+	}
+	if got := w.Header().Values("X-Trace"); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("replayed X-Trace %q, want both values in order", got)
+	}
+	if _, ok := w.Header()["X-Absent"]; ok {
+		t.Fatalf("replayed X-Absent, which the handler never set: %v", w.Header())
 	}
 }
 

@@ -51,10 +51,13 @@ func newTelemetry(cfg *config) *telemetry {
 	return t
 }
 
+// spanInternal is built once: the option is allocated on every call otherwise.
+var spanInternal = trace.WithSpanKind(trace.SpanKindInternal)
+
 // start opens the ginlock.lock span around the key lookup and lock wait; key is "" when the
 // key function failed, and the span then has no key_hash.
 func (t *telemetry) start(ctx context.Context, route, key string) (context.Context, trace.Span) {
-	ctx, span := t.tracer.Start(ctx, "ginlock.lock", trace.WithSpanKind(trace.SpanKindInternal))
+	ctx, span := t.tracer.Start(ctx, "ginlock.lock", spanInternal)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("http.route", route))
 		if key != "" {
@@ -69,22 +72,23 @@ func (t *telemetry) start(ctx context.Context, route, key string) (context.Conte
 var errKeyFunc = errors.New("ginlock: key function failed")
 
 // end ends span (when not nil) with outcome and counts the request. err marks the span as
-// failed; busy, mismatch and invalid requests are outcomes, not errors.
+// failed; busy, mismatch and invalid requests are outcomes, not errors. Attributes are only
+// built for a counter or span that takes them: without an SDK, ending costs no allocation.
 func (t *telemetry) end(ctx context.Context, span trace.Span, route, outcome string, failOpen bool, err error) {
-	attrs := []attribute.KeyValue{attribute.String("ginlock.outcome", outcome), attribute.String("http.route", route)}
-	if failOpen {
-		attrs = append(attrs, attribute.Bool("ginlock.fail_open", true))
-	}
-	if t.requests != nil {
+	if t.requests != nil && t.requests.Enabled(ctx) {
+		attrs := []attribute.KeyValue{attribute.String("ginlock.outcome", outcome), attribute.String("http.route", route)}
+		if failOpen {
+			attrs = append(attrs, attribute.Bool("ginlock.fail_open", true))
+		}
 		t.requests.Add(ctx, 1, metric.WithAttributes(attrs...))
 	}
 	if span == nil {
 		return
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attrs[0])
+		span.SetAttributes(attribute.String("ginlock.outcome", outcome))
 		if failOpen {
-			span.SetAttributes(attrs[2])
+			span.SetAttributes(attribute.Bool("ginlock.fail_open", true))
 		}
 		if err != nil {
 			span.RecordError(err)

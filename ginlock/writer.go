@@ -55,15 +55,23 @@ func (w *recorder) started() {
 	}
 }
 
+// keptHeaders copies the kept headers' values out of the response's, all into one slice.
 func (w *recorder) keptHeaders() http.Header {
-	h := make(http.Header, len(w.names))
 	src := w.ResponseWriter.Header()
+	kept := func(n string) bool { return n != "Content-Encoding" || !w.outerEncoding }
+	total := 0
 	for _, n := range w.names {
-		if n == "Content-Encoding" && w.outerEncoding {
-			continue
+		if kept(n) {
+			total += len(src[n])
 		}
-		if vs, ok := src[n]; ok {
-			h[n] = append([]string(nil), vs...)
+	}
+	h := make(http.Header, len(w.names))
+	vals := make([]string, 0, total)
+	for _, n := range w.names {
+		if vs, ok := src[n]; ok && kept(n) {
+			start := len(vals)
+			vals = append(vals, vs...)
+			h[n] = vals[start:len(vals):len(vals)]
 		}
 	}
 	return h
