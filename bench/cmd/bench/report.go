@@ -193,14 +193,17 @@ func (r *report) writeUncontended(w func(string, ...any)) {
 	w("sums the server's `INFO commandstats` deltas of the commands the contender sends itself (a cross-check); ")
 	w("calls inside scripts cost server time but no round trip; server time is the commandstats `usec` of the top-level commands ")
 	w("(a script's includes its inner calls). **Client time** is each operation's time outside the go-redis calls it makes (the same hook times them, ")
-	w("from taking a pooled connection to the parsed reply): the library's own work, and go-redis building its commands; its p50 is shown.\n\n")
-	w("| contender | p50 | p99 | p50 / floor | per round: p50 / floor, median (range) | round trips/op | requests/op | commandstats top-level/op | calls inside scripts/op | server time/op | client time/op, p50 |\n")
-	w("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	w("from taking a pooled connection to the parsed reply): the library's own work, and go-redis building its commands; its p50 is shown. ")
+	w("**Redis CPU** and **bench CPU** are whole-process CPU time (user and system) per operation over each contender's rounds: Redis's from `INFO cpu`, ")
+	w("which counts what commandstats leaves out (reading requests, writing replies, the event loop), and this benchmark process's from getrusage, ")
+	w("which counts the library, go-redis and the Go runtime (scheduler, network poller, garbage collector) on all threads.\n\n")
+	w("| contender | p50 | p99 | p50 / floor | per round: p50 / floor, median (range) | round trips/op | requests/op | commandstats top-level/op | calls inside scripts/op | server time/op | client time/op, p50 | Redis CPU/op | bench CPU/op |\n")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, u := range r.uncontended {
 		ratio := float64(u.lat.Quantile(0.5)) / float64(floor.lat.Quantile(0.5))
-		w("| %s | %s | %s | %.2fx | %s | %.2f | %.2f | %.2f | %.1f | %.1f µs | %s |\n", u.name, fmtDur(u.lat.Quantile(0.5)), fmtDur(u.lat.Quantile(0.99)),
+		w("| %s | %s | %s | %.2fx | %s | %.2f | %.2f | %.2f | %.1f | %.1f µs | %s | %.1f µs | %.1f µs |\n", u.name, fmtDur(u.lat.Quantile(0.5)), fmtDur(u.lat.Quantile(0.99)),
 			ratio, u.ratioSpread(floor).ratio(), u.perOp(u.counts.RoundTrips), u.perOp(u.counts.Requests), u.perOp(u.topLevel), u.perOp(u.otherCalls), u.perOp(u.serverUsec),
-			usOf(u.client.Quantile(0.5)))
+			usOf(u.client.Quantile(0.5)), u.cpuPerOp(u.serverCPU), u.cpuPerOp(u.processCPU))
 	}
 	w("\n")
 }

@@ -80,3 +80,32 @@ func TestClientSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUNote checks how whole-process CPU time is set against the uncontended latency gap.
+func TestCPUNote(t *testing.T) {
+	us := time.Microsecond
+	withCPU := func(server, process time.Duration) *uncontendedResult {
+		return &uncontendedResult{ops: 10, serverCPU: 10 * server, processCPU: 10 * process}
+	}
+	floor := withCPU(60*us, 100*us)
+	for _, tc := range []struct {
+		lg   *uncontendedResult
+		gap  float64
+		want []string
+	}{
+		{withCPU(90*us, 110*us), 40, []string{"Redis 90.0 µs against 60.0 µs for the pair (+30.0 µs)", "this process 110.0 µs against 100.0 µs (+10.0 µs)", "+40 µs of CPU in all, against the median gap of 40 µs", "is, within this run's noise, the extra latency"}},
+		{withCPU(90*us, 150*us), 40, []string{"+80 µs of CPU in all", "more than the gap"}},
+		{withCPU(70*us, 100*us), 40, []string{"+10 µs of CPU in all", "the rest of the gap is time neither process spent on the CPU"}},
+		{withCPU(0, 0), 40, nil},
+	} {
+		got := cpuNote(tc.lg, floor, tc.gap)
+		if tc.want == nil && got != "" {
+			t.Errorf("cpuNote without CPU times = %q, want \"\"", got)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("cpuNote(%+v, gap %v) = %q, want it to contain %q", tc.lg, tc.gap, got, w)
+			}
+		}
+	}
+}

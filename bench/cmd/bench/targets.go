@@ -176,8 +176,30 @@ func clientSplit(lg, floor *uncontendedResult, rest float64) string {
 	}
 	return fmt.Sprintf("Of the other %.0f µs, about %.0f µs is lockguard's own client work: %s per operation at p50 outside its Redis calls, against %s for the pair "+
 		"(owner id, lease, timer, watchdog entry, telemetry, and go-redis building the script calls); "+
-		"the remaining %.0f µs or so is spent inside the calls beyond the server's time (the client waiting for, and being woken by, replies that come later), which this benchmark does not split further. ",
+		"the remaining %.0f µs or so is spent inside the calls beyond the commandstats time of the server (reading and writing sockets, waiting for and being woken by replies). ",
 		rest, own, usOf(lgC), usOf(flC), rest-own)
+}
+
+// cpuNote compares the whole-process CPU time per operation, Redis's and this process's, of
+// lockguard and the floor pair with gap, the median per-round latency gap in µs; "" when no
+// CPU time was measured.
+func cpuNote(lg, floor *uncontendedResult, gap float64) string {
+	if lg.ops == 0 || floor.ops == 0 || lg.serverCPU+lg.processCPU == 0 {
+		return ""
+	}
+	ls, fs := lg.cpuPerOp(lg.serverCPU), floor.cpuPerOp(floor.serverCPU)
+	lp, fp := lg.cpuPerOp(lg.processCPU), floor.cpuPerOp(floor.processCPU)
+	extra := ls - fs + lp - fp
+	s := fmt.Sprintf("Counted as whole-process CPU time, which includes the sockets, the event loop and the Go runtime, an operation cost Redis %.1f µs against %.1f µs for the pair (%+.1f µs) "+
+		"and this process %.1f µs against %.1f µs (%+.1f µs): %+.0f µs of CPU in all, against the median gap of %.0f µs",
+		ls, fs, ls-fs, lp, fp, lp-fp, extra, gap)
+	switch {
+	case extra >= 0.8*gap && extra <= 1.25*gap:
+		return s + ". A request and its reply pass between the client and Redis in turn, so the extra CPU on either side is, within this run's noise, the extra latency. "
+	case extra > 1.25*gap:
+		return s + ": more than the gap, so some of it ran on the other core while the operation waited for something else. "
+	}
+	return s + ": the rest of the gap is time neither process spent on the CPU (waiting to be scheduled and woken). "
 }
 
 // uncontendedLoss explains lockguard's uncontended latency against the floor, from the
@@ -232,6 +254,9 @@ func (r *report) uncontendedLoss() string {
 		fmt.Fprintf(&b, "Per round, lockguard's p50 is above the pair's by %s µs. Of the median %.0f µs, %.0f µs is extra Redis server time (commandstats `usec`: %.1f µs per operation against %.1f µs for the pair). ",
 			gapSp.countRange(0), gap, srv, lgUs, flUs)
 		b.WriteString(clientSplit(lg, floor, gap-srv))
+	}
+	if gap > 0 {
+		b.WriteString(cpuNote(lg, floor, gap))
 	}
 	b.WriteString(r.scriptFloorNote())
 	b.WriteString(r.fencedMinNote())

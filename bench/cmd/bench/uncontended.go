@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"slices"
@@ -102,6 +103,13 @@ type uncontendedResult struct {
 	topLevel   int64          // commandstats calls of the contender's top-level commands
 	serverUsec int64          // server time of those commands (scripts include their inner calls)
 	otherCalls int64          // commandstats calls of everything else (script inner calls)
+	// Whole-process CPU time over the measured ops: Redis's (INFO cpu) and this process's.
+	serverCPU, processCPU time.Duration
+}
+
+// cpuPerOp is d per measured op, in µs.
+func (r *uncontendedResult) cpuPerOp(d time.Duration) float64 {
+	return float64(d) / float64(time.Microsecond) / float64(r.ops)
 }
 
 func (r *uncontendedResult) perOp(n int64) float64 { return float64(n) / float64(r.ops) }
@@ -201,6 +209,8 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 			cs0 := b.commandStats(ctx)
 			c0 := rts[name].Snapshot()
 			var lat metrics.Sample
+			srv0, srvErr := metrics.ReadServerCPU(ctx, b.admin)
+			proc0 := metrics.ProcessCPU()
 			for range b.plan.uncOps {
 				in0 := rts[name].Snapshot().Inside
 				t := time.Now()
@@ -211,6 +221,12 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 				lat.Add(d)
 				r.client.Add(max(d-(rts[name].Snapshot().Inside-in0), 0))
 			}
+			r.processCPU += metrics.ProcessCPU() - proc0
+			srv1, err := metrics.ReadServerCPU(ctx, b.admin)
+			if err = errors.Join(srvErr, err); err != nil {
+				return err
+			}
+			r.serverCPU += srv1 - srv0
 			r.rounds = append(r.rounds, lat.Quantile(0.5))
 			r.lat.Merge(&lat)
 			r.counts = r.counts.Add(rts[name].Snapshot().Sub(c0))
@@ -229,8 +245,8 @@ func (b *bench) uncontended(ctx context.Context, rep *report) error {
 	for _, name := range names {
 		r := res[name]
 		sp := r.ratioSpread(floor)
-		log.Printf("  %-22s p50 %v p99 %v rt/op %.2f client p50 %v; per-round p50/floor median %.2fx (%.2f-%.2fx)", name, r.lat.Quantile(0.5), r.lat.Quantile(0.99),
-			r.perOp(r.counts.RoundTrips), r.client.Quantile(0.5), sp.med, sp.lo, sp.hi)
+		log.Printf("  %-22s p50 %v p99 %v rt/op %.2f client p50 %v cpu/op redis %.1fµs here %.1fµs; per-round p50/floor median %.2fx (%.2f-%.2fx)", name, r.lat.Quantile(0.5), r.lat.Quantile(0.99),
+			r.perOp(r.counts.RoundTrips), r.client.Quantile(0.5), r.cpuPerOp(r.serverCPU), r.cpuPerOp(r.processCPU), sp.med, sp.lo, sp.hi)
 		rep.uncontended = append(rep.uncontended, r)
 	}
 	return nil

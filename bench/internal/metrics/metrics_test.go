@@ -144,3 +144,44 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+func TestParseServerCPU(t *testing.T) {
+	got, err := parseServerCPU("# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:0.250001\r\nused_cpu_sys_children:9.000000\r\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1750001 * time.Microsecond; got != want {
+		t.Errorf("parseServerCPU = %v, want %v", got, want)
+	}
+	if _, err := parseServerCPU("# CPU\r\nused_cpu_sys:1.5\r\n"); err == nil {
+		t.Error("parseServerCPU without used_cpu_user: want an error")
+	}
+}
+
+// TestServerCPUGrows checks that work sent to Redis shows in its CPU time, and that this
+// process's CPU time grows while it works.
+func TestServerCPUGrows(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, _ := hooked(t, srv)
+	ctx := context.Background()
+	s0, err := ReadServerCPU(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p0 := ProcessCPU()
+	for i := range 2000 {
+		if err := rdb.Set(ctx, "cpu", i, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1, err := ReadServerCPU(ctx, rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s1 <= s0 {
+		t.Errorf("Redis CPU time went from %v to %v over 2000 SETs; want it to grow", s0, s1)
+	}
+	if p1 := ProcessCPU(); p1 <= p0 {
+		t.Errorf("process CPU time went from %v to %v over 2000 SETs; want it to grow", p0, p1)
+	}
+}
