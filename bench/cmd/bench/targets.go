@@ -190,12 +190,16 @@ func cpuNote(lg, floor *uncontendedResult, gap float64) string {
 	ls, fs := lg.cpuPerOp(lg.serverCPU), floor.cpuPerOp(floor.serverCPU)
 	lp, fp := lg.cpuPerOp(lg.processCPU), floor.cpuPerOp(floor.processCPU)
 	extra := ls - fs + lp - fp
-	s := fmt.Sprintf("Counted as whole-process CPU time, which includes the sockets, the event loop and the Go runtime, an operation cost Redis %.1f µs against %.1f µs for the pair (%+.1f µs) "+
+	s := fmt.Sprintf("Counted as whole-process CPU time (which adds the sockets, the event loop, and the Go runtime's threads looking for work while a reply is awaited), an operation cost Redis %.1f µs against %.1f µs for the pair (%+.1f µs) "+
 		"and this process %.1f µs against %.1f µs (%+.1f µs): %+.0f µs of CPU in all, against the median gap of %.0f µs",
 		ls, fs, ls-fs, lp, fp, lp-fp, extra, gap)
 	switch {
 	case extra >= 0.8*gap && extra <= 1.25*gap:
-		return s + ". A request and its reply pass between the client and Redis in turn, so the extra CPU on either side is, within this run's noise, the extra latency. "
+		where := "in Redis, running the scripts' calls"
+		if lp-fp > ls-fs {
+			where = "in this process"
+		}
+		return s + ". The client and Redis work on an operation in turn, so the gap is CPU work, most of it " + where + ", rather than idle waiting. "
 	case extra > 1.25*gap:
 		return s + ": more than the gap, so some of it ran on the other core while the operation waited for something else. "
 	}
