@@ -6,8 +6,9 @@
 //	cd bench && go run ./cmd/bench -quick     # short run for development
 //	cd bench && go run ./cmd/bench -only gin  # some scenarios, logged, nothing written
 //
-// Scenarios: uncontended Acquire+Release latency, round trips, Redis server time and client
-// time (outside the Redis calls) per operation; one key
+// Scenarios: uncontended Acquire+Release latency, round trips, Redis server time, client
+// time (outside the Redis calls) and whole-process CPU time of Redis and of this process per
+// operation; one key
 // contended by 1 to 32 goroutines (throughput, hand-off gap, waits, fairness); 64 goroutines
 // over 10,000 keys; renewal cost of 10,000 held locks; and the Gin middleware under an HTTP
 // load generator that runs in a child process (this binary, re-executed with the loadgen

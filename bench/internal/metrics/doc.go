@@ -1,7 +1,8 @@
 // Package metrics holds the measuring tools of the lockguard benchmark: duration samples with
 // percentiles, a go-redis hook that counts the requests and round trips a client sends and
-// sums the time spent inside those calls, and deltas of the server's INFO commandstats to
-// cross-check them.
+// sums the time spent inside those calls, deltas of the server's INFO commandstats to
+// cross-check them, and whole-process CPU time: the server's (INFO cpu) and this process's
+// (getrusage).
 //
 //	var rt metrics.RoundTrips
 //	rdb.AddHook(&rt)
