@@ -171,11 +171,7 @@ func (b *redisBackend) keys(key string) ([]string, string) {
 	sb.Grow(len(keySuffixes) * (len(b.prefix) + len(tag) + 4 + 4))
 	var ends [len(keySuffixes)]int
 	for i, suffix := range keySuffixes {
-		sb.WriteString(b.prefix)
-		sb.WriteString(":{")
-		sb.WriteString(tag)
-		sb.WriteString("}:")
-		sb.WriteString(suffix)
+		b.writeName(&sb, tag, suffix)
 		ends[i] = sb.Len()
 	}
 	all := sb.String()
@@ -185,6 +181,16 @@ func (b *redisBackend) keys(key string) ([]string, string) {
 		keys[i], start = all[start:ends[i]], ends[i]
 	}
 	return keys, all[start:]
+}
+
+// writeName writes the name of a lock's key or channel: prefix, hash tag (the escaped lock
+// key), suffix (see keySuffixes).
+func (b *redisBackend) writeName(sb *strings.Builder, tag, suffix string) {
+	sb.WriteString(b.prefix)
+	sb.WriteString(":{")
+	sb.WriteString(tag)
+	sb.WriteString("}:")
+	sb.WriteString(suffix)
 }
 
 // lockNames are the names of one lock's keys and channel, with the keys converted to script
@@ -746,7 +752,11 @@ func (b *redisBackend) probe(ctx context.Context, key string) bool {
 
 // channel returns the channel of a lock and its slot (see slot), building no key name.
 func (b *redisBackend) channel(key string) (string, int) {
-	ch := b.prefix + ":{" + escapeTag(key) + "}:" + keySuffixes[len(keySuffixes)-1]
+	tag, suffix := escapeTag(key), keySuffixes[len(keySuffixes)-1]
+	var sb strings.Builder
+	sb.Grow(len(b.prefix) + len(tag) + 4 + len(suffix))
+	b.writeName(&sb, tag, suffix)
+	ch := sb.String()
 	if b.cluster {
 		return ch, hashSlot(ch) // the lock's hash tag: the slot of its keys
 	}
