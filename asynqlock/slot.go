@@ -87,7 +87,8 @@ func slotStart(t time.Time, period time.Duration, loc *time.Location) time.Time 
 	const day = 24 * time.Hour
 	switch {
 	case loc == time.UTC || period%day != 0 && day%period != 0:
-		return t.Truncate(period)
+		// In loc, not in t's zone: the header's offset, or the worker's Local.
+		return t.Truncate(period).In(loc)
 	case period < day:
 		return subDayStart(t, period, loc)
 	}
@@ -144,9 +145,19 @@ func wallClock(t time.Time) time.Duration {
 
 // localTime is the instant of wall time wall on day y-m-d in loc. A wall time that day does
 // not have (a daylight saving gap; some zones skip midnight itself) gives the first instant
-// of that day's clock at or after it.
+// of that day's clock at or after it; a day the zone does not have at all, the first instant
+// after it.
 func localTime(y int, m time.Month, d int, wall time.Duration, loc *time.Location) time.Time {
 	t := time.Date(y, m, d, 0, 0, 0, int(wall), loc)
+	// A day the zone skipped whole (Samoa went from 29 to 31 December 2011): time.Date gives
+	// an instant of the day before. The skipped day's slot starts where the next day does,
+	// at the change.
+	day := calendarDay(time.Date(y, m, d, 0, 0, 0, 0, time.UTC))
+	if lt := t.In(loc); calendarDay(lt) < day {
+		if _, end := lt.ZoneBounds(); !end.IsZero() && calendarDay(end.In(loc)) > day {
+			return end
+		}
+	}
 	// In a gap, time.Date reads the wall time with the offset of one side of the change: the
 	// instant it gives lies past the change by the size of the jump (two hours in a zone that
 	// moves by two), or before it. The first instant at or after the missing wall time is the
@@ -196,7 +207,9 @@ func WithSlotLocation(loc *time.Location) Option {
 }
 
 // SlotStart returns the start of the slot a Slot part computed for the task running with
-// ctx, so a periodic job knows which period it is doing (the hour of a report, say).
+// ctx, so a periodic job knows which period it is doing (the hour of a report, say). The time
+// is in the schedule's zone: UTC for Slot, loc for SlotIn, whatever offset the scheduled-at
+// header was written with and whatever the worker's local zone is.
 func SlotStart(ctx context.Context) (time.Time, bool) {
 	t, ok := ctx.Value(slotKey{}).(time.Time)
 	return t, ok

@@ -67,7 +67,8 @@ func TestSubDaySlotStartAcrossClockChanges(t *testing.T) {
 
 // A wall time that a clock change skips gives the instant of the change, the first one at or
 // after it, also where the clock jumps by two hours (Troll) or at a quarter to the hour
-// (Chatham), where time.Date reads the missing time past the change.
+// (Chatham), where time.Date reads the missing time past the change, and on a calendar day
+// the zone skipped whole (Apia).
 func TestLocalTimeInGap(t *testing.T) {
 	for _, tc := range []struct {
 		zone   string
@@ -81,6 +82,9 @@ func TestLocalTimeInGap(t *testing.T) {
 		{"Pacific/Chatham", 2026, time.September, 27, 3 * time.Hour, "2026-09-26T14:00:00Z"},
 		{"America/New_York", 2026, time.March, 8, 2*time.Hour + 30*time.Minute, "2026-03-08T07:00:00Z"},
 		{"America/Santiago", 2026, time.September, 6, 0, "2026-09-06T04:00:00Z"},
+		// Samoa skipped 30 December 2011: its clock went from 29 December 23:59:59 (UTC-10)
+		// to 31 December 00:00 (UTC+14). The skipped day starts where the next one does.
+		{"Pacific/Apia", 2011, time.December, 30, 0, "2011-12-30T10:00:00Z"},
 	} {
 		loc, err := time.LoadLocation(tc.zone)
 		if err != nil {
@@ -135,19 +139,27 @@ func TestSlotStartIsInScheduleLocation(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		period time.Duration
+		loc    *time.Location
+		at     string // the scheduled time, as the enqueuer's clock wrote it
+		want   string // the slot start, in loc
 	}{
-		{"hourly", time.Hour},
-		{"daily", 24 * time.Hour},
+		{"hourly New York", time.Hour, ny, "2026-06-01T15:00:00Z", "2026-06-01T11:00:00-04:00"},
+		{"daily New York", 24 * time.Hour, ny, "2026-06-01T15:00:00Z", "2026-06-01T00:00:00-04:00"},
+		// A period that neither divides a day nor is made of days is truncated as in UTC,
+		// and still given in the schedule's zone.
+		{"7 hours New York", 7 * time.Hour, ny, "2026-06-01T15:10:00Z", "2026-06-01T10:00:00-04:00"},
+		// A UTC schedule's slot is given in UTC whatever offset the enqueuer wrote.
+		{"hourly UTC, offset header", time.Hour, time.UTC, "2026-06-01T11:20:00-04:00", "2026-06-01T15:00:00Z"},
+		{"daily UTC, offset header", 24 * time.Hour, time.UTC, "2026-06-01T23:20:00-04:00", "2026-06-02T00:00:00Z"},
 	} {
-		key := keyfunc.Join(SlotIn(tc.period, ny))
-		at := "2026-06-01T15:00:00Z" // 11:00 EDT
-		src := newSource(t.Context(), asynq.NewTaskWithHeaders("r", nil, map[string]string{HeaderScheduledAt: at}), DefaultMaxPayload)
+		key := keyfunc.Join(SlotIn(tc.period, tc.loc))
+		src := newSource(t.Context(), asynq.NewTaskWithHeaders("r", nil, map[string]string{HeaderScheduledAt: tc.at}), DefaultMaxPayload)
 		if _, err := key.Key(src); err != nil {
 			t.Fatal(err)
 		}
-		if src.slot.Location() != ny {
-			t.Errorf("%s SlotIn(%v, New York), scheduled %s: slot start %s is in %q, not the schedule's zone (Hour() = %d, want the New York hour)",
-				tc.name, tc.period, at, src.slot.Format(time.RFC3339), src.slot.Location(), src.slot.Hour())
+		if src.slot.Location() != tc.loc || src.slot.Format(time.RFC3339) != tc.want {
+			t.Errorf("%s: SlotIn(%v, %s), scheduled %s: slot start %s in %q (Hour() = %d); want %s in %q",
+				tc.name, tc.period, tc.loc, tc.at, src.slot.Format(time.RFC3339), src.slot.Location(), src.slot.Hour(), tc.want, tc.loc)
 		}
 	}
 }
