@@ -297,6 +297,14 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	// Not the request's cancellation: a client that went away must not leave the lock held
 	// until its lease ends. dlock bounds a release whose context cannot end.
 	ctx := context.WithoutCancel(origCtx)
+	// A callback of the user's that panics here (WithReplayStatuses, the error handler) must
+	// not leave the lock held: the watchdog would renew it until the process exits. Every
+	// path below releases it or finds it released, so a held lock means a panic.
+	defer func() {
+		if lock.Err() == nil {
+			_ = lock.Release(ctx)
+		}
+	}()
 	if lost := lock.Err(); errors.Is(lost, dlock.ErrLockLost) {
 		m.cfg.log.WarnContext(origCtx, "ginlock: lock lost while the handler ran; response not stored",
 			"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath(), "error", lost)

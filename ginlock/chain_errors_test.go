@@ -1,0 +1,114 @@
+package ginlock_test
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/lockguard/lockguard/ginlock"
+)
+
+// A chain that recorded errors and sent nothing, not even its status, has not answered: the
+// answer is whatever renders c.Errors after ginlock (an error middleware placed before it),
+// or gin's bare status. Nothing is stored, and the retry runs the handler again. A chain that
+// recorded an error but sent its own answer (AbortWithStatusJSON) is stored as usual. A render
+// that failed before its first byte (gin records the error, aborts, and sends the bare
+// status) is not stored either.
+func TestErrorsWithNothingSentNotStored(t *testing.T) {
+	e := setup(t)
+	// renderErrors is the usual gin error middleware: after the chain, it answers 500 with
+	// the last error when nothing was written.
+	renderErrors := func(c *gin.Context) {
+		c.Next()
+		if len(c.Errors) > 0 && !c.Writer.Written() {
+			c.JSON(http.StatusInternalServerError, gin.H{"error": c.Errors.Last().Error()})
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		renderer  bool                 // renderErrors runs before ginlock
+		first     func(c *gin.Context) // the first run's answer
+		wantFirst int
+		stored    bool
+	}{
+		{"error left to a renderer before ginlock", true, func(c *gin.Context) {
+			_ = c.Error(errors.New("payment provider unreachable"))
+		}, http.StatusInternalServerError, false},
+		{"JSON that does not marshal", false, func(c *gin.Context) {
+			c.JSON(http.StatusCreated, gin.H{"amount": math.NaN()})
+		}, http.StatusCreated, false},
+		{"reader that fails before its first byte", false, func(c *gin.Context) {
+			c.DataFromReader(http.StatusOK, -1, "application/octet-stream", &cutReader{fail: true}, nil)
+		}, http.StatusOK, false},
+		{"error with an answer of its own", true, func(c *gin.Context) {
+			_ = c.Error(errors.New("card declined"))
+			c.AbortWithStatusJSON(http.StatusPaymentRequired, gin.H{"error": "card declined"})
+		}, http.StatusPaymentRequired, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := router()
+			if tc.renderer {
+				r.Use(renderErrors)
+			}
+			var runs atomic.Int32
+			r.POST("/pay", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+				if runs.Add(1) == 1 {
+					tc.first(c)
+					return
+				}
+				c.JSON(http.StatusCreated, gin.H{"paid": true})
+			})
+			q := req{path: "/pay", user: "alice", key: idemKey(t), body: `{"amount":1}`}
+			first := do(r, q)
+			if first.Code != tc.wantFirst {
+				t.Fatalf("first: %d %q, want %d", first.Code, first.Body, tc.wantFirst)
+			}
+			retry := do(r, q)
+			replayed := retry.Header().Get(ginlock.ReplayedHeader) == "true"
+			if tc.stored {
+				if !replayed || retry.Code != first.Code || retry.Body.String() != first.Body.String() || runs.Load() != 1 {
+					t.Fatalf("retry: %d %q (replayed %v) after %d runs; want the first answer, %d %q, replayed",
+						retry.Code, retry.Body, replayed, runs.Load(), first.Code, first.Body)
+				}
+				return
+			}
+			if replayed || retry.Code != http.StatusCreated || runs.Load() != 2 {
+				t.Fatalf("retry: %d %q (replayed %v) after %d runs; want the handler run again (201)",
+					retry.Code, retry.Body, replayed, runs.Load())
+			}
+		})
+	}
+}
+
+// A callback of the user's that panics after the chain (here the WithReplayStatuses
+// predicate) does not leave the lock held: the panic goes on to gin's Recovery, and the next
+// request on the account gets the lock at once instead of 409 until the process exits.
+func TestPanicInFinishReleasesLock(t *testing.T) {
+	e := setup(t)
+	r := gin.New()
+	var recovered atomic.Int32
+	r.Use(gin.CustomRecovery(func(c *gin.Context, _ any) {
+		recovered.Add(1)
+		c.AbortWithStatus(http.StatusInternalServerError)
+	}))
+	var calls atomic.Int32
+	storable := func(status int) bool {
+		if calls.Add(1) == 1 {
+			panic("status table misconfigured")
+		}
+		return status < 500
+	}
+	r.POST("/accounts/:id/withdraw", ginlock.New(e.locks, accountKey, ginlock.WithReplay(0), ginlock.WithReplayStatuses(storable)),
+		func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"ok": true}) })
+	do(r, req{path: "/accounts/9/withdraw", body: `{"a":1}`})
+	if recovered.Load() != 1 {
+		t.Fatalf("the predicate's panic reached Recovery %d times, want 1", recovered.Load())
+	}
+	if w := do(r, req{path: "/accounts/9/withdraw", body: `{"a":2}`}); w.Code != http.StatusCreated {
+		t.Fatalf("next request on the account: %d %s, want 201: the first request's lock was released", w.Code, w.Body)
+	}
+}
