@@ -40,7 +40,9 @@ func (e *eval) readBody() ([]byte, error) {
 	return e.body, e.bodyErr
 }
 
-// parsedJSON returns the parsed body; nil (no error) when the body is empty or only whitespace.
+// parsedJSON returns the parsed body; nil (no error) when the body is empty or only JSON
+// whitespace (a body of other whitespace, such as a form feed, is not JSON), and for a JSON
+// null (see jsonEmpty).
 func (e *eval) parsedJSON() (any, error) {
 	if e.jsonDone {
 		return e.jsonVal, e.jsonErr
@@ -51,7 +53,7 @@ func (e *eval) parsedJSON() (any, error) {
 		e.jsonErr = err
 		return nil, err
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	if jsonEmpty(body) {
 		return nil, nil
 	}
 	e.jsonVal, e.jsonErr = parseJSON(body)
@@ -62,6 +64,10 @@ func (e *eval) parsedJSON() (any, error) {
 	}
 	return e.jsonVal, e.jsonErr
 }
+
+// jsonEmpty reports whether body holds nothing but JSON whitespace (RFC 8259: space, tab,
+// line feed, carriage return).
+func jsonEmpty(body []byte) bool { return len(bytes.Trim(body, " \t\r\n")) == 0 }
 
 // notJSONError is the parse error of a body that does not start like a JSON object or array:
 // an optional JSON part counts it as absent.
@@ -152,7 +158,7 @@ func (e *eval) bodyHash() (string, bool, error) {
 		return "", false, err
 	}
 	domain, data := domainRaw, body
-	if v, err := e.parsedJSON(); err == nil && v != nil {
+	if v, err := e.parsedJSON(); err == nil && !jsonEmpty(body) { // v is nil for a JSON null
 		if canon, err := appendCanonical(nil, v); err == nil {
 			domain, data = domainJSON, canon
 		}

@@ -2,6 +2,7 @@ package keyfunc
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -62,4 +63,34 @@ func TestIdempotencyKey(t *testing.T) {
 	if err != nil || empty != none || none != "~" {
 		t.Errorf("Optional: empty header gives %q, %v; no header gives %q; want both %q", empty, err, none, "~")
 	}
+	// Repeated header lines (a source that has them all): lines all sent empty are absent, as
+	// one is; a key with any other line is a list, refused.
+	for _, tt := range []struct {
+		lines []string
+		want  string
+		err   error
+	}{
+		{[]string{"", ""}, "~", nil},
+		{[]string{" ", "\t"}, "~", nil},
+		{[]string{"k1", ""}, "", ErrInvalid},
+		{[]string{"k1", "k2"}, "", ErrInvalid},
+	} {
+		src := &linesSource{MapSource{Header: map[string]string{"Idempotency-Key": tt.lines[0]}}, tt.lines}
+		if k, err := opt.Key(src); k != tt.want || !errors.Is(err, tt.err) || (err != nil) != (tt.err != nil) {
+			t.Errorf("header lines %q: %q, %v; want %q, %v", tt.lines, k, err, tt.want, tt.err)
+		}
+	}
+}
+
+// linesSource is a MultiValueSource whose Idempotency-Key came in several header lines.
+type linesSource struct {
+	MapSource
+	lines []string
+}
+
+func (s *linesSource) Values(kind Kind, name string) []string {
+	if kind == KindHeader && strings.EqualFold(name, IdempotencyKeyHeader) {
+		return s.lines
+	}
+	return nil
 }

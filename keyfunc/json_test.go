@@ -85,6 +85,7 @@ func TestBodyHash(t *testing.T) {
 	same := [][]string{
 		{`{"a":1,"b":[true,null,"x"]}`, ` { "b" : [ true , null , "x" ] , "a" : 1.0 } `, `{"b":[true,null,"x"],"a":1e0}`},
 		{"not json", "not json"},
+		{"null", "null\n", " null ", "\tnull\r\n"}, // json.Encoder ends with a newline
 	}
 	for _, group := range same {
 		for _, b := range group[1:] {
@@ -93,7 +94,7 @@ func TestBodyHash(t *testing.T) {
 			}
 		}
 	}
-	differ := []string{`{"a":1}`, `{"a":"1"}`, `{"a":2}`, `[1]`, `{"a":1} `, "", "not json", "not json ", `{"a":`}
+	differ := []string{`{"a":1}`, `{"a":"1"}`, `{"a":2}`, `[1]`, `{"a":1} `, "", "not json", "not json ", `{"a":`, "null", "\f"}
 	seen := map[string]string{}
 	for _, b := range differ {
 		h := hash(b)
@@ -109,6 +110,21 @@ func TestBodyHash(t *testing.T) {
 	// merge into one struct field), so it must not share the second's fingerprint.
 	if hash(`{"p":{"amount":100,"currency":"EUR"},"p":{"amount":100}}`) == hash(`{"p":{"amount":100}}`) {
 		t.Error("a body with a repeated member hashes like the body its last member alone gives")
+	}
+}
+
+// A body of whitespace that JSON does not allow (a form feed, a vertical tab, U+00A0, U+0085)
+// is not an empty body: a JSON part fails with ErrMalformedBody, not ErrMissing.
+func TestNonJSONWhitespaceBody(t *testing.T) {
+	for _, body := range []string{"\f", "\v", "\u00a0", "\u0085", " \f\n"} {
+		if _, err := Join(JSON("id")).Key(&MapSource{Payload: []byte(body)}); !errors.Is(err, ErrMalformedBody) {
+			t.Errorf("body %q: %v, want ErrMalformedBody", body, err)
+		}
+	}
+	for _, body := range []string{"", " \t\r\n"} {
+		if _, err := Join(JSON("id")).Key(&MapSource{Payload: []byte(body)}); !errors.Is(err, ErrMissing) {
+			t.Errorf("body %q: %v, want ErrMissing", body, err)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"mime"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -163,10 +164,13 @@ func IdempotencyKey() Part {
 		v, ok := e.src.Value(KindHeader, IdempotencyKeyHeader)
 		if vs, multi := e.src.(MultiValueSource); multi && ok {
 			if all := vs.Values(KindHeader, IdempotencyKeyHeader); len(all) > 1 {
+				if !slices.ContainsFunc(all, notBlank) {
+					return "", false, nil // every line sent empty: absent, as one empty line is
+				}
 				v = strings.Join(all, ", ") // RFC 9110's combined value: refused below
 			}
 		}
-		if !ok || strings.Trim(v, " \t") == "" {
+		if !ok || !notBlank(v) {
 			return "", false, nil
 		}
 		k, err := parseIdempotencyKey(v)
@@ -175,6 +179,9 @@ func IdempotencyKey() Part {
 	p.idem = true
 	return p
 }
+
+// notBlank reports whether a header value holds more than spaces and tabs.
+func notBlank(v string) bool { return strings.Trim(v, " \t") != "" }
 
 // JSON is the body field at a dot path: "order.id", "items.0.sku" (a numeric segment
 // indexes an array, and names an object member otherwise). Strings are used as is, numbers
@@ -317,8 +324,11 @@ func contextValueText(ctx context.Context, key any) (string, bool, error) {
 		return "", false, nil
 	}
 	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.Pointer && rv.IsNil() {
-		return "", false, nil
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan:
+		if rv.IsNil() { // a nil of a type with methods (a Stringer) would panic when called
+			return "", false, nil
+		}
 	}
 	switch x := v.(type) {
 	case string:

@@ -162,6 +162,8 @@ func TestContextValueTypes(t *testing.T) {
 		{"uint", ctxWith(uint8(200)), "200", nil},
 		{"stringer", ctxWith(stringerID{"9"}), "u-9", nil},
 		{"nil pointer", ctxWith(nilStringer), "", ErrMissing},
+		{"nil func Stringer", ctxWith(funcID(nil)), "", ErrMissing},
+		{"func Stringer", ctxWith(funcID(func() string { return "f" })), "f", nil},
 		{"empty string", ctxWith(""), "", ErrMissing},
 		{"spaces and tabs", ctxWith(" \t "), "", ErrMissing},
 		{"empty string type", ctxWith(userName("")), "", ErrMissing},
@@ -197,6 +199,11 @@ func TestContextValueTypes(t *testing.T) {
 }
 
 type userName string
+
+// funcID is a Stringer of a kind that can be nil without being a pointer.
+type funcID func() string
+
+func (f funcID) String() string { return f() }
 
 type textID string
 
