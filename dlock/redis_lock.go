@@ -185,7 +185,7 @@ func parseHandOff(v []any) handOff {
 
 func (b *redisBackend) leave(ctx context.Context, r acquireRequest) (handOff, error) {
 	n := b.names(r.key, r.names)
-	args := []any{r.owner, b.member(r), b.claimArg, b.pubArg}
+	args := []any{r.owner, b.member(r), b.claimArg, b.pubArg, b.ttlArg(r.ttl)}
 	var reply []any
 	err := b.callThroughMigration(ctx, func(ctx context.Context) (err error) {
 		reply, err = scriptLeave.runKeyArgs(ctx, b.rdb, n.keyArgs[:], args...).Slice()

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -256,5 +257,56 @@ func TestReleaseWriteErrorKeepsRedisError(t *testing.T) {
 	}
 	if got := r.rdb.HGet(ctx, r.keys[0], "o").Val(); got != "a" {
 		t.Fatalf("owner after the failed release = %q, want a", got)
+	}
+}
+
+// leave records the owners that gave up (the last 8, newest first) and acquire refuses them,
+// whether the lock is free, held or gone: a look still on its way when its acquisition gave
+// up takes neither the lock nor a place in line. Other owners are served as before, and a
+// lock hash leave had to make for the record expires.
+func TestScriptGoneOwnersAreRefused(t *testing.T) {
+	rig := newScriptRig(t)
+	rdb, be, key, keys := rig.rdb, rig.be, rig.key, rig.keys
+	ctx := context.Background()
+	leave := func(owner string, ttl time.Duration) {
+		t.Helper()
+		if _, err := be.leave(ctx, acquireRequest{key: key, owner: owner, ttl: ttl}); err != nil {
+			t.Fatalf("leave %s: %v", owner, err)
+		}
+	}
+
+	// A key nobody ever locked: the record gets a hash of its own, for the acquisition's ttl.
+	leave("gone-0", 300*time.Millisecond)
+	if res := rig.acquire("gone-0", false); res.status != statusBusy {
+		t.Fatalf("gone owner on a new key: %+v, want busy", res)
+	}
+	if pttl := rdb.PTTL(ctx, keys[0]).Val(); pttl <= 0 || pttl > 300*time.Millisecond {
+		t.Fatalf("the record's hash has TTL %v, want the leaving acquisition's 300ms", pttl)
+	}
+	if res := rig.acquire("holder", false); res.status != statusObtained {
+		t.Fatalf("another owner on a key with a record: %+v, want obtained", res)
+	}
+	for i := 1; i <= 9; i++ {
+		leave(fmt.Sprintf("gone-%d", i), time.Minute)
+	}
+	want := "gone-9 gone-8 gone-7 gone-6 gone-5 gone-4 gone-3 gone-2"
+	if g := rdb.HGet(ctx, keys[0], "g").Val(); g != want {
+		t.Fatalf("g = %q, want the last 8 newest first: %q", g, want)
+	}
+	if res := rig.acquire("gone-5", true); res.status != statusBusy {
+		t.Fatalf("gone owner on a held lock: %+v, want busy", res)
+	}
+	if n := rdb.ZCard(ctx, keys[1]).Val(); n != 0 {
+		t.Fatalf("the gone owner joined the line: %d waiters", n)
+	}
+	if rel, err := be.release(ctx, releaseRequest{key: key, owner: "holder", entry: "1"}); err != nil || !rel.owned {
+		t.Fatalf("release: %+v %v", rel, err)
+	}
+	if res := rig.acquire("gone-2", false); res.status != statusBusy {
+		t.Fatalf("gone owner on a released lock: %+v, want busy", res)
+	}
+	// gone-1 dropped off the list: a late look of its would be served.
+	if res := rig.acquire("gone-1", false); res.status != statusObtained {
+		t.Fatalf("gone-1, off the list of 8: %+v, want obtained", res)
 	}
 }

@@ -317,39 +317,51 @@ func atDeadline(ctx context.Context, err error) bool {
 // If that was the last hold in Redis (the others were released meanwhile), the lock is free
 // and the lease ends.
 //
-// The call that failed usually failed because Redis did: the removal is tried again, less
-// and less often (from dropRetry up to a third of the lease), while the lease lasts and the
-// Client is open. A hold left in Redis would keep the key locked after the release of every
-// hold the caller knows of, until the lease ran out.
+// The call that failed usually failed because Redis did: the removal is tried again (see
+// retryCleanup) while the lease lasts. A hold left in Redis would keep the key locked after
+// the release of every hold the caller knows of, until the lease ran out.
 func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure error) {
 	c.wd.background(func() {
 		afterInFlight(failure)
-		delay := dropRetry
-		for {
-			cctx, cancel := c.releaseContext(ctx)
-			res, err := c.be.release(cctx, releaseRequest{key: l.key, owner: l.owner, entry: entry, names: l.names})
-			cancel()
-			if err == nil {
-				if res.owned && res.left == 0 {
-					l.end(ErrNotHeld)
-				}
-				return
+		err := c.retryCleanup(ctx, l.ttl, l.done(), func(ctx context.Context) error {
+			res, err := c.be.release(ctx, releaseRequest{key: l.key, owner: l.owner, entry: entry, names: l.names})
+			if err == nil && res.owned && res.left == 0 {
+				l.end(ErrNotHeld)
 			}
-			t := time.NewTimer(delay)
-			select {
-			case <-t.C:
-			case <-l.done():
-			case <-c.closing:
-			}
-			t.Stop()
-			if l.err() != nil || c.closed.Load() {
-				c.log.Warn("dlock: removing a hold after a failed call failed; it goes with the lock",
-					"key_hash", KeyHash(l.key), "err", err)
-				return
-			}
-			delay = min(2*delay, max(l.ttl/3, dropRetry))
+			return err
+		})
+		if err != nil {
+			c.log.Warn("dlock: removing a hold after a failed call failed; it goes with the lock",
+				"key_hash", KeyHash(l.key), "err", err)
 		}
 	})
+}
+
+// retryCleanup runs fn, a clean-up that must reach Redis although the caller's context may
+// have ended, until it succeeds: again and again, less and less often (from dropRetry up to a
+// third of ttl, the lease at stake), until stop is closed or the Client closes. It returns
+// fn's last error when it gave up.
+func (c *Client) retryCleanup(ctx context.Context, ttl time.Duration, stop <-chan struct{}, fn func(context.Context) error) error {
+	delay := dropRetry
+	for {
+		cctx, cancel := c.releaseContext(ctx)
+		err := fn(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-stop:
+		case <-c.closing:
+		}
+		t.Stop()
+		if isClosed(stop) || c.closed.Load() {
+			return err
+		}
+		delay = min(2*delay, max(ttl/3, dropRetry))
+	}
 }
 
 // dropRetry is the first pause before dropHold tries again.
@@ -393,16 +405,24 @@ func (c *Client) awaitLeave(done <-chan struct{}, started time.Time) {
 }
 
 // leaveLine takes r's owner out of line and passes on a lock handed to it, after the call
-// that failed with failure, if that is still in flight.
+// that failed with failure, if that is still in flight. The call may have taken the lock (its
+// reply was lost): the leave is tried again (see retryCleanup) until Redis answers, for as
+// long as such a lock would be held, so that it does not stay held, with nobody to renew or
+// release it, until its lease runs out.
 func (c *Client) leaveLine(ctx context.Context, r acquireRequest, failure error) {
 	afterInFlight(failure)
-	cctx, cancel := c.releaseContext(ctx)
+	held, cancel := context.WithTimeout(context.Background(), r.ttl)
 	defer cancel()
-	h, err := c.be.leave(cctx, r)
-	if err != nil {
-		c.log.Warn("dlock: leaving the line failed; the place expires by itself",
+	var h handOff
+	err := c.retryCleanup(ctx, r.ttl, held.Done(), func(ctx context.Context) (err error) {
+		h, err = c.be.leave(ctx, r)
+		return err
+	})
+	switch {
+	case err != nil:
+		c.log.Warn("dlock: leaving the line failed until the lease it could have taken ran out",
 			"key_hash", KeyHash(r.key), "err", err)
-	} else if h.owner != "" {
+	case h.owner != "":
 		c.be.deliver(r.key, h)
 	}
 }

@@ -2,6 +2,7 @@
 -- ARGV: 1 owner, 2 ttl ms, 3 wait (0 try, 1 queue), 4 skip completed (0/1), 5 waiter liveness ms,
 --       6 claim ms, 7 publish command
 -- Returns the token, a bare integer, when a free lock with nobody in line was taken for ttl;
+--         {0, -1, 0} without doing anything when the owner gave up already (g, see leave.lua);
 --         {1, token, pttl} obtained otherwise (a retried call, or first in line);
 --         {0, pttl, token} busy, with the holder's token: a hand-off notice to the caller
 --         with a token not above it is stale (the caller was paused past its claim lease);
@@ -14,7 +15,12 @@
 -- of its own, for a released lock). Joining the line marks the lock hash (w), so that its
 -- holder's release looks at the line.
 local owner = ARGV[1]
-local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'w')
+local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'w', 'g')
+if cur[4] and string.find(cur[4], owner, 1, true) then
+  -- This acquisition gave up (leave.lua) before this call, sent earlier, came in: nobody is
+  -- there to use a lock or a place in line.
+  return {0, -1, 0}
+end
 local holder = cur[1]
 local free = not holder or holder == ''
 if free then

@@ -6,7 +6,8 @@
 --                    e<n> = one field per re-entry hold (n >= 2; the first hold has none),
 --                    x = set when the first hold was released while re-entry holds remain,
 --                    w = '1' when the line may have waiters (set by every script that adds one
---                    or grants the lock from the line; '0' once a release found the line empty)
+--                    or grants the lock from the line; '0' once a release found the line empty),
+--                    g = the owner ids of the last 8 acquisitions that gave up (see leave.lua)
 --   2 queue   zset   waiters in arrival order, member "<owner>:<ttl ms>:<skip flag>", score = arrival (us)
 --   3 qdead   zset   same members, score = liveness deadline (ms); waiters refresh it while they wait
 --   4 record  string completion record stored by Complete

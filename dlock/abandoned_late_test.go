@@ -1,0 +1,216 @@
+package dlock_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/dlock"
+)
+
+// lateNet plays a network between go-redis and Redis for the next acquire script call once
+// armed (EVALSHA with 4 keys and 7 arguments: "*14"); while down, dials and writes fail.
+type lateNet struct {
+	armed atomic.Bool
+	down  atomic.Bool
+	wg    sync.WaitGroup
+	// mode "cut": the script is sent, then the connection breaks and the network is down for
+	// outage. mode "delay": the script's bytes are on the wire for delay (the kernel still
+	// delivers them after the socket is closed).
+	mode   string
+	outage time.Duration
+	delay  time.Duration
+}
+
+func (n *lateNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if n.down.Load() {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("network unreachable")}
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &lateConn{Conn: c, n: n}, nil
+}
+
+// lateConn is one connection of a lateNet.
+type lateConn struct {
+	net.Conn
+	n *lateNet
+
+	mu         sync.Mutex
+	pending    bool
+	closeAfter bool
+}
+
+func (c *lateConn) Write(p []byte) (int, error) {
+	if c.n.down.Load() {
+		_ = c.Conn.Close()
+		return 0, errors.New("network unreachable")
+	}
+	if bytes.HasPrefix(p, []byte("*14\r\n")) && c.n.armed.CompareAndSwap(true, false) {
+		switch c.n.mode {
+		case "cut":
+			_, err := c.Conn.Write(p)
+			time.Sleep(20 * time.Millisecond) // the script has run by now
+			c.n.down.Store(true)
+			_ = c.Conn.Close()
+			c.n.wg.Add(1)
+			go func() {
+				defer c.n.wg.Done()
+				time.Sleep(c.n.outage)
+				c.n.down.Store(false)
+			}()
+			return len(p), err
+		case "delay":
+			buf := bytes.Clone(p)
+			c.mu.Lock()
+			c.pending = true
+			c.mu.Unlock()
+			c.n.wg.Add(1)
+			go func() {
+				defer c.n.wg.Done()
+				time.Sleep(c.n.delay)
+				// Bytes the kernel accepted are sent whatever deadline go-redis set since.
+				_ = c.Conn.SetWriteDeadline(time.Time{})
+				if _, err := c.Conn.Write(buf); err != nil {
+					_ = err // the connection was closed meanwhile
+				}
+				c.mu.Lock()
+				c.pending = false
+				closeNow := c.closeAfter
+				c.mu.Unlock()
+				if closeNow {
+					time.Sleep(50 * time.Millisecond)
+					_ = c.Conn.Close()
+				}
+			}()
+			return len(p), nil
+		}
+	}
+	return c.Conn.Write(p)
+}
+
+// Close as the kernel does it: bytes already written are still delivered.
+func (c *lateConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending {
+		c.closeAfter = true
+		return nil
+	}
+	return c.Conn.Close()
+}
+
+// heldBy returns the owner id the lock hash of key names ("" when none) and its TTL.
+func heldBy(t *testing.T, rdb *redis.Client, key string) (string, time.Duration) {
+	t.Helper()
+	lockKey := dlock.DefaultPrefix + ":{" + key + "}:lock"
+	owner, _ := rdb.HGet(t.Context(), lockKey, "o").Result()
+	pttl, _ := rdb.PTTL(t.Context(), lockKey).Result()
+	return owner, pttl
+}
+
+// obtainedWithin reports whether c takes key within d, trying every 50 ms, and releases it.
+func obtainedWithin(t *testing.T, c *dlock.Client, key string, d time.Duration) (bool, error) {
+	t.Helper()
+	var err error
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		var lk *dlock.Lock
+		if lk, err = c.TryAcquire(t.Context(), key); err == nil {
+			return true, lk.Release(t.Context())
+		}
+	}
+	return false, err
+}
+
+// An acquire script that ran, but whose reply was lost to a network that then stayed down
+// for a few seconds (so the clean-up's first leave failed too), does not leave the lock held
+// in Redis until its lease ends: the leave is tried again until Redis answers.
+func TestLostAcquireReplyFreedAfterOutage(t *testing.T) {
+	srv, check, _ := setup(t)
+	n := &lateNet{mode: "cut", outage: 2 * time.Second}
+	// No retries by go-redis: the leave fails at once while the network is down, as one
+	// with retries does when the outage outlasts them.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: n.dial, MaxRetries: -1})
+	t.Cleanup(func() { n.wg.Wait(); _ = rdb.Close() })
+	const lease = time.Minute // what the lock would be held for if nobody freed it
+	c := newClient(t, rdb, dlock.WithLease(lease))
+	ctx := testContext(t, 30*time.Second)
+	key := uniqueKey(t)
+	warm, err := c.TryAcquire(ctx, key+"-warm") // loads the scripts
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	n.armed.Store(true)
+	if _, err = c.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("TryAcquire with its reply lost = %v, want ErrUnavailable", err)
+	}
+	if owner, _ := heldBy(t, check, key); owner == "" {
+		t.Fatal("the acquire script did not run: the test tests nothing")
+	}
+	n.wg.Wait() // the network is back
+	other := newClient(t, srv.Client(t))
+	if ok, err := obtainedWithin(t, other, key, 15*time.Second); !ok {
+		owner, pttl := heldBy(t, check, key)
+		t.Fatalf("15 s after the network came back the lock is still held by the failed TryAcquire's owner %q "+
+			"(%v of its %v lease left): %v", owner, pttl, lease, err)
+	}
+}
+
+// With ContextTimeoutEnabled, go-redis ends a call at its context's deadline, but the script
+// it sent may still reach Redis and run after the clean-up's leave: it finds its owner gone
+// (leave.lua records it) and takes nothing. Without that, a lock nobody holds would block the
+// key for a whole lease.
+func TestLateAcquireAfterDeadlineTakesNothing(t *testing.T) {
+	for _, wait := range []bool{false, true} {
+		t.Run(map[bool]string{false: "TryAcquire", true: "Acquire"}[wait], func(t *testing.T) {
+			srv, check, _ := setup(t)
+			n := &lateNet{mode: "delay", delay: 300 * time.Millisecond}
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: n.dial, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { n.wg.Wait(); _ = rdb.Close() })
+			c := newClient(t, rdb)
+			ctx := testContext(t, 30*time.Second)
+			key := uniqueKey(t)
+			warm, err := c.TryAcquire(ctx, key+"-warm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			n.armed.Store(true)
+			tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			acquire := c.TryAcquire
+			if wait {
+				acquire = func(ctx context.Context, key string, opts ...dlock.AcquireOption) (*dlock.Lock, error) {
+					return c.Acquire(ctx, key, append(opts, dlock.WithMaxWait(100*time.Millisecond))...)
+				}
+			}
+			if lk, err := acquire(tctx, key); err == nil {
+				_ = lk.Release(ctx)
+				t.Fatal("the acquisition succeeded: its script was held back past the deadline")
+			}
+			n.wg.Wait() // the late script has reached Redis
+			if owner, _ := heldBy(t, check, key); owner != "" {
+				t.Fatalf("the script that came in after the acquisition gave up took the lock for %q", owner)
+			}
+			if ok, err := obtainedWithin(t, newClient(t, srv.Client(t)), key, time.Second); !ok {
+				t.Fatalf("another client cannot take the key: %v", err)
+			}
+		})
+	}
+}
