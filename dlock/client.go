@@ -29,6 +29,9 @@ type Client struct {
 	closing chan struct{}
 	mu      sync.Mutex     // orders beginWait against Close
 	waits   sync.WaitGroup // waits in progress, which leave the line before Close goes on
+	// leaveRetries counts the leaves being tried again (see leaveLine), at most
+	// maxLeaveRetries.
+	leaveRetries atomic.Int64
 }
 
 // New returns a Client that keeps its locks in rdb: a *redis.Client, a *redis.ClusterClient

@@ -405,24 +405,41 @@ func (c *Client) awaitLeave(done <-chan struct{}, started time.Time) {
 }
 
 // leaveLine takes r's owner out of line and passes on a lock handed to it, after the call
-// that failed with failure, if that is still in flight. The call may have taken the lock (its
-// reply was lost): the leave is tried again (see retryCleanup) until Redis answers, for as
-// long as such a lock would be held, so that it does not stay held, with nobody to renew or
-// release it, until its lease runs out.
+// that failed with failure, if that is still in flight.
+//
+// A failed call (failure != nil) may have taken the lock, its reply lost. When the leave fails
+// too, it is tried again (see retryCleanup) until Redis answers, for as long as such a lock
+// would be held, so that it does not stay held, with nobody to renew or release it, until its
+// lease runs out. At most maxLeaveRetries leaves are tried again at once: an outage fails
+// every acquisition at once, and each tried again holds a goroutine for up to its lease. A
+// wait that ended without a failed call leaves once: its place expires by itself, and a lock
+// handed to it meanwhile holds only the short claim lease.
 func (c *Client) leaveLine(ctx context.Context, r acquireRequest, failure error) {
 	afterInFlight(failure)
-	held, cancel := context.WithTimeout(context.Background(), r.ttl)
-	defer cancel()
 	var h handOff
-	err := c.retryCleanup(ctx, r.ttl, held.Done(), func(ctx context.Context) (err error) {
+	leave := func(ctx context.Context) (err error) {
 		h, err = c.be.leave(ctx, r)
 		return err
-	})
+	}
+	cctx, cancel := c.releaseContext(ctx)
+	err := leave(cctx)
+	cancel()
+	if err != nil && failure != nil {
+		if c.leaveRetries.Add(1) <= maxLeaveRetries {
+			held, cancel := context.WithTimeout(context.Background(), r.ttl)
+			err = c.retryCleanup(ctx, r.ttl, held.Done(), leave)
+			cancel()
+		}
+		c.leaveRetries.Add(-1)
+	}
 	switch {
 	case err != nil:
-		c.log.Warn("dlock: leaving the line failed until the lease it could have taken ran out",
+		c.log.Warn("dlock: leaving the line failed; the place expires by itself, and a lock the failed call may have taken with its lease",
 			"key_hash", KeyHash(r.key), "err", err)
 	case h.owner != "":
 		c.be.deliver(r.key, h)
 	}
 }
+
+// maxLeaveRetries bounds the leaves a Client tries again at once (see leaveLine).
+const maxLeaveRetries = 1000
