@@ -434,7 +434,7 @@ func (c *Client) leaveLine(ctx context.Context, r acquireRequest, failure error)
 	}
 	switch {
 	case err != nil:
-		c.log.Warn("dlock: leaving the line failed; the place expires by itself, and a lock the failed call may have taken with its lease",
+		c.log.Warn("dlock: leaving the line failed; the place in line expires by itself, and a lock the failed call may have taken ends with its lease",
 			"key_hash", KeyHash(r.key), "err", err)
 	case h.owner != "":
 		c.be.deliver(r.key, h)
