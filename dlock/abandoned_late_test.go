@@ -15,21 +15,17 @@ import (
 	"github.com/lockguard/lockguard/dlock"
 )
 
-// lateNet plays a network between go-redis and Redis for the next acquire script call once
-// armed (EVALSHA with 4 keys and 7 arguments: "*14"); while down, dials and writes fail.
-type lateNet struct {
-	armed atomic.Bool
-	down  atomic.Bool
-	wg    sync.WaitGroup
-	// mode "cut": the script is sent, then the connection breaks and the network is down for
-	// outage. mode "delay": the script's bytes are on the wire for delay (the kernel still
-	// delivers them after the socket is closed).
-	mode   string
+// cutNet plays a network that breaks once armed: the next acquire script call (EVALSHA with
+// 4 keys and 7 arguments: "*14") reaches Redis and runs, then the connection breaks and the
+// network is down for outage, dials and writes failing.
+type cutNet struct {
+	armed  atomic.Bool
+	down   atomic.Bool
+	wg     sync.WaitGroup
 	outage time.Duration
-	delay  time.Duration
 }
 
-func (n *lateNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+func (n *cutNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if n.down.Load() {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("network unreachable")}
 	}
@@ -37,76 +33,34 @@ func (n *lateNet) dial(ctx context.Context, network, addr string) (net.Conn, err
 	if err != nil {
 		return nil, err
 	}
-	return &lateConn{Conn: c, n: n}, nil
+	return &cutConn{Conn: c, n: n}, nil
 }
 
-// lateConn is one connection of a lateNet.
-type lateConn struct {
+// cutConn is one connection of a cutNet.
+type cutConn struct {
 	net.Conn
-	n *lateNet
-
-	mu         sync.Mutex
-	pending    bool
-	closeAfter bool
+	n *cutNet
 }
 
-func (c *lateConn) Write(p []byte) (int, error) {
+func (c *cutConn) Write(p []byte) (int, error) {
 	if c.n.down.Load() {
 		_ = c.Conn.Close()
 		return 0, errors.New("network unreachable")
 	}
-	if bytes.HasPrefix(p, []byte("*14\r\n")) && c.n.armed.CompareAndSwap(true, false) {
-		switch c.n.mode {
-		case "cut":
-			_, err := c.Conn.Write(p)
-			time.Sleep(20 * time.Millisecond) // the script has run by now
-			c.n.down.Store(true)
-			_ = c.Conn.Close()
-			c.n.wg.Add(1)
-			go func() {
-				defer c.n.wg.Done()
-				time.Sleep(c.n.outage)
-				c.n.down.Store(false)
-			}()
-			return len(p), err
-		case "delay":
-			buf := bytes.Clone(p)
-			c.mu.Lock()
-			c.pending = true
-			c.mu.Unlock()
-			c.n.wg.Add(1)
-			go func() {
-				defer c.n.wg.Done()
-				time.Sleep(c.n.delay)
-				// Bytes the kernel accepted are sent whatever deadline go-redis set since.
-				_ = c.Conn.SetWriteDeadline(time.Time{})
-				if _, err := c.Conn.Write(buf); err != nil {
-					_ = err // the connection was closed meanwhile
-				}
-				c.mu.Lock()
-				c.pending = false
-				closeNow := c.closeAfter
-				c.mu.Unlock()
-				if closeNow {
-					time.Sleep(50 * time.Millisecond)
-					_ = c.Conn.Close()
-				}
-			}()
-			return len(p), nil
-		}
+	if !bytes.HasPrefix(p, []byte("*14\r\n")) || !c.n.armed.CompareAndSwap(true, false) {
+		return c.Conn.Write(p)
 	}
-	return c.Conn.Write(p)
-}
-
-// Close as the kernel does it: bytes already written are still delivered.
-func (c *lateConn) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pending {
-		c.closeAfter = true
-		return nil
-	}
-	return c.Conn.Close()
+	_, err := c.Conn.Write(p)
+	time.Sleep(20 * time.Millisecond) // the script has run by now
+	c.n.down.Store(true)
+	_ = c.Conn.Close()
+	c.n.wg.Add(1)
+	go func() {
+		defer c.n.wg.Done()
+		time.Sleep(c.n.outage)
+		c.n.down.Store(false)
+	}()
+	return len(p), err
 }
 
 // heldBy returns the owner id the lock hash of key names ("" when none) and its TTL.
@@ -136,7 +90,7 @@ func obtainedWithin(t *testing.T, c *dlock.Client, key string, d time.Duration) 
 // in Redis until its lease ends: the leave is tried again until Redis answers.
 func TestLostAcquireReplyFreedAfterOutage(t *testing.T) {
 	srv, check, _ := setup(t)
-	n := &lateNet{mode: "cut", outage: 2 * time.Second}
+	n := &cutNet{outage: 2 * time.Second}
 	// No retries by go-redis: the leave fails at once while the network is down, as one
 	// with retries does when the outage outlasts them.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: n.dial, MaxRetries: -1})
@@ -177,9 +131,11 @@ func TestLateAcquireAfterDeadlineTakesNothing(t *testing.T) {
 	for _, wait := range []bool{false, true} {
 		t.Run(map[bool]string{false: "TryAcquire", true: "Acquire"}[wait], func(t *testing.T) {
 			srv, check, _ := setup(t)
-			n := &lateNet{mode: "delay", delay: 300 * time.Millisecond}
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: n.dial, ContextTimeoutEnabled: true})
-			t.Cleanup(func() { n.wg.Wait(); _ = rdb.Close() })
+			var armed atomic.Bool
+			var wg sync.WaitGroup
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: delayDialer(&armed, &wg, 300*time.Millisecond),
+				ContextTimeoutEnabled: true})
+			t.Cleanup(func() { wg.Wait(); _ = rdb.Close() })
 			c := newClient(t, rdb)
 			ctx := testContext(t, 30*time.Second)
 			key := uniqueKey(t)
@@ -191,7 +147,7 @@ func TestLateAcquireAfterDeadlineTakesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			n.armed.Store(true)
+			armed.Store(true)
 			tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			defer cancel()
 			acquire := c.TryAcquire
@@ -204,7 +160,7 @@ func TestLateAcquireAfterDeadlineTakesNothing(t *testing.T) {
 				_ = lk.Release(ctx)
 				t.Fatal("the acquisition succeeded: its script was held back past the deadline")
 			}
-			n.wg.Wait() // the late script has reached Redis
+			wg.Wait() // the late script has reached Redis
 			if owner, _ := heldBy(t, check, key); owner != "" {
 				t.Fatalf("the script that came in after the acquisition gave up took the lock for %q", owner)
 			}

@@ -15,25 +15,65 @@ import (
 
 // delayConn holds back one armed write of an acquire script call (EVALSHA with 4 keys and 7
 // arguments: "*14") as a slow network would: the bytes are on their way, the write returned.
+// Closed meanwhile (go-redis closes a connection whose call ended at its deadline), it closes
+// as the kernel does: the bytes already written are still delivered first.
 type delayConn struct {
 	net.Conn
 	armed *atomic.Bool
 	wg    *sync.WaitGroup
 	delay time.Duration
+
+	mu         sync.Mutex
+	pending    bool // a held-back write is on its way
+	closeAfter bool // closed while it was
+}
+
+// delayDialer dials connections whose next armed acquire script call is held back for delay;
+// wg counts the writes held back.
+func delayDialer(armed *atomic.Bool, wg *sync.WaitGroup, delay time.Duration) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &delayConn{Conn: conn, armed: armed, wg: wg, delay: delay}, nil
+	}
 }
 
 func (c *delayConn) Write(p []byte) (int, error) {
 	if bytes.HasPrefix(p, []byte("*14\r\n")) && c.armed.CompareAndSwap(true, false) {
 		buf := bytes.Clone(p)
+		c.mu.Lock()
+		c.pending = true
+		c.mu.Unlock()
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
 			time.Sleep(c.delay)
+			_ = c.Conn.SetWriteDeadline(time.Time{}) // the kernel took the bytes before any deadline
 			_, _ = c.Conn.Write(buf)
+			c.mu.Lock()
+			c.pending = false
+			closeNow := c.closeAfter
+			c.mu.Unlock()
+			if closeNow {
+				time.Sleep(50 * time.Millisecond) // Redis reads the bytes before the close
+				_ = c.Conn.Close()
+			}
 		}()
 		return len(p), nil
 	}
 	return c.Conn.Write(p)
+}
+
+func (c *delayConn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending {
+		c.closeAfter = true
+		return nil
+	}
+	return c.Conn.Close()
 }
 
 // An acquisition given up when its context ended while the acquire script was still on its
@@ -45,16 +85,7 @@ func TestAbandonedAcquireLeavesNoLock(t *testing.T) {
 	srv, _, _ := setup(t)
 	var armed atomic.Bool
 	var wg sync.WaitGroup
-	rdb := redis.NewClient(&redis.Options{
-		Addr: srv.Addr(),
-		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &delayConn{Conn: conn, armed: &armed, wg: &wg, delay: 300 * time.Millisecond}, nil
-		},
-	})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: delayDialer(&armed, &wg, 300*time.Millisecond)})
 	t.Cleanup(func() { wg.Wait(); _ = rdb.Close() })
 	c := newClient(t, rdb)
 	ctx := testContext(t, 20*time.Second)
@@ -84,9 +115,7 @@ func TestAbandonedAcquireLeavesNoLock(t *testing.T) {
 		_ = lk.Release(ctx)
 		return
 	}
-	lockKey := "lockguard:{" + key + "}:lock"
-	owner, _ := srv.Client(t).HGet(ctx, lockKey, "o").Result()
-	pttl, _ := srv.Client(t).PTTL(ctx, lockKey).Result()
+	owner, pttl := heldBy(t, srv.Client(t), key)
 	t.Fatalf("after a TryAcquire that failed with its deadline, the key is held by owner %q "+
 		"(pttl %v) that nobody will release: another client gets %v", owner, pttl, err)
 }
