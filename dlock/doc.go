@@ -28,7 +28,10 @@
 //     Acquire returns (if Redis does not answer that within 100 ms, Acquire returns anyway
 //     and the place is given up in the background), and one whose Client closes before Close
 //     returns; a waiter paused past the short lease of a hand-off, which then went on,
-//     ignores the stale message and queues again.
+//     ignores the stale message and queues again. An acquisition that failed leaves no lock
+//     behind though its look may have taken one (its reply lost, or its script reaching Redis
+//     after the caller's deadline): its clean-up is tried again until Redis answers, and a
+//     look arriving after the clean-up takes nothing.
 //   - Locks without WithTTL are renewed by one watchdog loop per Client, every lease/3, many
 //     locks per script call, pipelined (one pipeline per node on a Cluster, so a node that
 //     does not answer costs only its own locks). Renewal stops the moment the lock is
