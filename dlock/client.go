@@ -27,7 +27,7 @@ type Client struct {
 	closed atomic.Bool
 	// closing is closed by Close: waits in progress end with ErrClosed.
 	closing chan struct{}
-	mu      sync.Mutex     // orders beginWait against Close
+	mu      sync.Mutex     // orders beginWait and hold against Close
 	waits   sync.WaitGroup // waits in progress, which leave the line before Close goes on
 	// leaveRetries counts the leaves being tried again (see leaveLine), at most
 	// maxLeaveRetries.
@@ -289,31 +289,48 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 		}
 		break
 	}
-	if err == nil && c.closed.Load() {
-		// Obtained as Close ran: no watchdog will renew it and nobody can use it. Free it in
-		// Redis rather than leave it held to the end of its lease.
-		rctx, cancel := c.boundedContext(context.WithoutCancel(ctx))
-		_, _ = c.be.release(rctx, releaseRequest{key: key, owner: r.owner, entry: "1", names: g.names})
-		cancel()
-		err = ErrClosed
+	var l *lease
+	if err == nil {
+		l = newLease(c, key, r.owner, g.token, r.ttl, ac.ttl == 0)
+		l.names = g.names
+		// A handed-off lease holds the releaser's claim lease (min(ttl, claim)) until
+		// confirmed. A WithTTL lease that got its whole ttl needs no confirmation; one that
+		// got less is confirmed to what is left of ttl from now.
+		l.confirm = g.handedOff && !g.confirmed && (l.auto || g.valid < r.ttl)
+		if l.confirm && !l.auto {
+			l.fixedEnd = time.Now().Add(r.ttl)
+		}
+		l.start(g.sent, g.valid)
+		c.tel.started(l)
+		if !c.hold(l) {
+			// Obtained as Close ran: no watchdog will renew it and nobody can use it. Free it
+			// in Redis rather than leave it held to the end of its lease.
+			l.end(ErrClosed)
+			rctx, cancel := c.boundedContext(context.WithoutCancel(ctx))
+			_, _ = c.be.release(rctx, releaseRequest{key: key, owner: r.owner, entry: "1", names: g.names})
+			cancel()
+			err = ErrClosed
+		}
 	}
 	c.tel.endAcquire(ctx, span, g, err)
 	if err != nil {
 		return nil, err
 	}
-	l := newLease(c, key, r.owner, g.token, r.ttl, ac.ttl == 0)
-	l.names = g.names
-	// A handed-off lease holds the releaser's claim lease (min(ttl, claim)) until confirmed. A
-	// WithTTL lease that got its whole ttl needs no confirmation; one that got less is
-	// confirmed to what is left of ttl from now.
-	l.confirm = g.handedOff && !g.confirmed && (l.auto || g.valid < r.ttl)
-	if l.confirm && !l.auto {
-		l.fixedEnd = time.Now().Add(r.ttl)
+	return &Lock{l: l, entry: "1"}, nil
+}
+
+// hold hands a lease just obtained to the watchdog, when it is renewed or awaits
+// confirmation; it reports false once Close has begun. Checking and adding under c.mu, which
+// Close takes to begin, means a lease is either watched before Close stops the watchdog (and
+// ended by it, as every lock held at Close) or not handed out at all.
+func (c *Client) hold(l *lease) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false
 	}
-	l.start(g.sent, g.valid)
-	c.tel.started(l)
 	if l.auto || l.confirm {
 		c.wd.add(l)
 	}
-	return &Lock{l: l, entry: "1"}, nil
+	return true
 }
