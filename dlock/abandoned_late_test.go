@@ -131,21 +131,9 @@ func TestLateAcquireAfterDeadlineTakesNothing(t *testing.T) {
 	for _, wait := range []bool{false, true} {
 		t.Run(map[bool]string{false: "TryAcquire", true: "Acquire"}[wait], func(t *testing.T) {
 			srv, check, _ := setup(t)
-			var armed atomic.Bool
-			var wg sync.WaitGroup
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: delayDialer(&armed, &wg, 300*time.Millisecond),
-				ContextTimeoutEnabled: true})
-			t.Cleanup(func() { wg.Wait(); _ = rdb.Close() })
-			c := newClient(t, rdb)
+			c, armed, wg := delayedClient(t, srv, 300*time.Millisecond, true)
 			ctx := testContext(t, 30*time.Second)
 			key := uniqueKey(t)
-			warm, err := c.TryAcquire(ctx, key+"-warm")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := warm.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
 
 			armed.Store(true)
 			tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
@@ -168,5 +156,40 @@ func TestLateAcquireAfterDeadlineTakesNothing(t *testing.T) {
 				t.Fatalf("another client cannot take the key: %v", err)
 			}
 		})
+	}
+}
+
+// A TryAcquire in flight as Close runs, whose script reaches Redis after the call gave up,
+// takes nothing either: the clean-up of a look that failed is sent although Close no longer
+// takes background work, so the key is not left locked for the whole lease with nobody to
+// renew or release it.
+func TestLateAcquireAfterCloseTakesNothing(t *testing.T) {
+	srv, check, _ := setup(t)
+	c, armed, wg := delayedClient(t, srv, 300*time.Millisecond, true)
+	ctx := testContext(t, 30*time.Second)
+	key := uniqueKey(t)
+
+	armed.Store(true)
+	got := make(chan error, 1)
+	go func() {
+		tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		lk, err := c.TryAcquire(tctx, key)
+		if err == nil {
+			_ = lk.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(30 * time.Millisecond) // the script is held back
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err == nil {
+		t.Fatal("the acquisition succeeded: its script was held back past the deadline")
+	}
+	wg.Wait() // the late script has reached Redis
+	if ok, err := obtainedWithin(t, newClient(t, srv.Client(t)), key, time.Second); !ok {
+		owner, _ := heldBy(t, check, key)
+		t.Fatalf("another client cannot take the key (held by %q): %v", owner, err)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,6 +40,27 @@ func delayDialer(armed *atomic.Bool, wg *sync.WaitGroup, delay time.Duration) fu
 		}
 		return &delayConn{Conn: conn, armed: armed, wg: wg, delay: delay}, nil
 	}
+}
+
+// delayedClient returns a Client on srv, with its scripts loaded (a first EVALSHA would
+// answer NOSCRIPT), whose connections hold back the next acquire script call for delay once
+// armed is set; wg counts the writes held back. timeouts sets go-redis's
+// ContextTimeoutEnabled: a call then ends at its context's deadline.
+func delayedClient(t *testing.T, srv *redistest.Server, delay time.Duration, timeouts bool) (*dlock.Client, *atomic.Bool, *sync.WaitGroup) {
+	armed, wg := new(atomic.Bool), new(sync.WaitGroup)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: delayDialer(armed, wg, delay),
+		ContextTimeoutEnabled: timeouts})
+	t.Cleanup(func() { wg.Wait(); _ = rdb.Close() })
+	c := newClient(t, rdb)
+	ctx := testContext(t, 10*time.Second)
+	warm, err := c.TryAcquire(ctx, uniqueKey(t)+"-warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, armed, wg
 }
 
 func (c *delayConn) Write(p []byte) (int, error) {
@@ -83,27 +106,14 @@ func (c *delayConn) Close() error {
 // for 300 ms, well past the caller's 100 ms deadline.
 func TestAbandonedAcquireLeavesNoLock(t *testing.T) {
 	srv, _, _ := setup(t)
-	var armed atomic.Bool
-	var wg sync.WaitGroup
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Dialer: delayDialer(&armed, &wg, 300*time.Millisecond)})
-	t.Cleanup(func() { wg.Wait(); _ = rdb.Close() })
-	c := newClient(t, rdb)
+	c, armed, _ := delayedClient(t, srv, 300*time.Millisecond, false)
 	ctx := testContext(t, 20*time.Second)
 	key := uniqueKey(t)
-
-	// Load the scripts (a first EVALSHA would answer NOSCRIPT).
-	warm, err := c.TryAcquire(ctx, key+"-warm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
 
 	armed.Store(true)
 	tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
-	_, err = c.TryAcquire(tctx, key)
+	_, err := c.TryAcquire(tctx, key)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("TryAcquire = %v, want a deadline error", err)
 	}

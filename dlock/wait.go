@@ -323,7 +323,7 @@ func atDeadline(ctx context.Context, err error) bool {
 func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure error) {
 	c.wd.background(func() {
 		afterInFlight(failure)
-		err := c.retryCleanup(ctx, l.ttl, l.done(), func(ctx context.Context) error {
+		err := c.retryCleanup(ctx, l.ttl, l.done(), nil, func(ctx context.Context) error {
 			res, err := c.be.release(ctx, releaseRequest{key: l.key, owner: l.owner, entry: entry, names: l.names})
 			if err == nil && res.owned && res.left == 0 {
 				l.end(ErrNotHeld)
@@ -339,28 +339,31 @@ func (c *Client) dropHold(ctx context.Context, l *lease, entry string, failure e
 
 // retryCleanup runs fn, a clean-up that must reach Redis although the caller's context may
 // have ended, until it succeeds: again and again, less and less often (from dropRetry up to a
-// third of ttl, the lease at stake), until stop is closed or the Client closes. It returns
-// fn's last error when it gave up.
-func (c *Client) retryCleanup(ctx context.Context, ttl time.Duration, stop <-chan struct{}, fn func(context.Context) error) error {
-	delay := dropRetry
+// third of ttl, the lease at stake), until stop is closed or the Client closes. failed is the
+// error of an attempt the caller made already (nil: none), after which the first pause comes
+// before the first run. It returns fn's last error when it gave up.
+func (c *Client) retryCleanup(ctx context.Context, ttl time.Duration, stop <-chan struct{}, failed error, fn func(context.Context) error) error {
+	delay, err := dropRetry, failed
 	for {
+		if err != nil {
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-stop:
+			case <-c.closing:
+			}
+			t.Stop()
+			if isClosed(stop) || c.closed.Load() {
+				return err
+			}
+			delay = min(2*delay, max(ttl/3, dropRetry))
+		}
 		cctx, cancel := c.releaseContext(ctx)
-		err := fn(cctx)
+		err = fn(cctx)
 		cancel()
 		if err == nil {
 			return nil
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-stop:
-		case <-c.closing:
-		}
-		t.Stop()
-		if isClosed(stop) || c.closed.Load() {
-			return err
-		}
-		delay = min(2*delay, max(ttl/3, dropRetry))
 	}
 }
 
@@ -371,15 +374,18 @@ const dropRetry = 20 * time.Millisecond
 // ctx may have ended already. When the call that failed with failure is still in flight, the
 // clean-up comes after it. The returned channel is closed when the clean-up is over. Close
 // waits for it: the clean-ups of waits in progress when Close began are started before
-// Close stops taking background work. (A look that failed after that, on a call that was
-// not a wait, leaves its place to expire by itself.)
+// Close stops taking background work. A look that failed after that (a TryAcquire in flight
+// as Close ran) may still have taken the lock: it is left all the same, once, by a goroutine
+// of its own that Close does not wait for, which ends within the bounds of the call in
+// flight and of the leave (see releaseBound).
 func (c *Client) cleanup(ctx context.Context, r acquireRequest, failure error) <-chan struct{} {
 	done := make(chan struct{})
-	if !c.wd.background(func() {
+	leave := func() {
 		defer close(done)
 		c.leaveLine(ctx, r, failure)
-	}) {
-		close(done)
+	}
+	if !c.wd.background(leave) {
+		go leave()
 	}
 	return done
 }
@@ -427,7 +433,7 @@ func (c *Client) leaveLine(ctx context.Context, r acquireRequest, failure error)
 	if err != nil && failure != nil {
 		if c.leaveRetries.Add(1) <= maxLeaveRetries {
 			held, cancel := context.WithTimeout(context.Background(), r.ttl)
-			err = c.retryCleanup(ctx, r.ttl, held.Done(), leave)
+			err = c.retryCleanup(ctx, r.ttl, held.Done(), err, leave)
 			cancel()
 		}
 		c.leaveRetries.Add(-1)
