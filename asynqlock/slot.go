@@ -21,7 +21,8 @@ const HeaderScheduledAt = "lockguard-scheduled-at"
 // started processing the task, because asynq gives a handler neither the enqueue time nor
 // the scheduler's tick. Slots are aligned to the zero time, so every replica computes the
 // same slots for the same period: slots of whole days are UTC days (see SlotIn for a
-// schedule in another time zone). It panics if period is not positive.
+// schedule in another time zone). The part has no length cap: a key-wide
+// keyfunc.WithMaxPartLen does not apply to it. It panics if period is not positive.
 //
 // Caveats of processing time: a task processed in a later slot than it was scheduled for (a
 // backlog, a retry) counts for the slot it runs in, so keep queue latency well below the
@@ -37,7 +38,8 @@ func Slot(period time.Duration) keyfunc.Part { return SlotIn(period, time.UTC) }
 // period that divides a day (6 h, 15 min) splits each local day by its wall clock, for the
 // same reason; in the hour that clocks going back repeat, slots that start within it (periods
 // of up to that hour) start again in the second pass, whose ticks are runs of their own. A day without a midnight (some zones start daylight saving at 00:00) starts
-// at its first instant. Other periods are the same as Slot's. A nil loc means UTC. It panics
+// at its first instant; a day whose midnight comes twice (clocks going back across it), at
+// the first. Other periods are the same as Slot's. A nil loc means UTC. It panics
 // if period is not positive.
 func SlotIn(period time.Duration, loc *time.Location) keyfunc.Part {
 	if period <= 0 {
@@ -66,7 +68,7 @@ func SlotIn(period time.Duration, loc *time.Location) keyfunc.Part {
 			s.slot = start
 		}
 		return start.UTC().Format("20060102T150405.999999999Z"), nil
-	})
+	}).MaxLen(0) // a value of ours: a key-wide WithMaxPartLen, meant for request data, does not apply
 }
 
 // slotLead is how early before a slot boundary processing time already counts for the slot
@@ -148,7 +150,7 @@ func wallClock(t time.Time) time.Duration {
 // of that day's clock at or after it; a day the zone does not have at all, the first instant
 // after it.
 func localTime(y int, m time.Month, d int, wall time.Duration, loc *time.Location) time.Time {
-	t := time.Date(y, m, d, 0, 0, 0, int(wall), loc)
+	t := firstPass(time.Date(y, m, d, 0, 0, 0, int(wall), loc), loc)
 	// A day the zone skipped whole (Samoa went from 29 to 31 December 2011): time.Date gives
 	// an instant of the day before. The skipped day's slot starts where the next day does,
 	// at the change.
@@ -173,11 +175,33 @@ func localTime(y int, m time.Month, d int, wall time.Duration, loc *time.Locatio
 	for range 8 {
 		lt := t.In(loc)
 		ly, lm, ld := lt.Date()
-		if ly == y && lm == m && ld == d && lt.Sub(time.Date(y, m, d, 0, 0, 0, 0, loc)) >= 0 &&
+		if ly == y && lm == m && ld == d && lt.Sub(firstPass(time.Date(y, m, d, 0, 0, 0, 0, loc), loc)) >= 0 &&
 			time.Duration(lt.Hour())*time.Hour+time.Duration(lt.Minute())*time.Minute >= wall.Truncate(time.Minute) {
 			break
 		}
 		t = t.Add(15 * time.Minute)
+	}
+	return t
+}
+
+// firstPass is t, or, when loc's clocks went back over t's wall time that day (Asia/Amman
+// on 29 October 2021 went from 01:00 back to 00:00, so that its midnight came twice), the
+// first instant showing it: time.Date may give either, and a day or a slot starts at the
+// first.
+func firstPass(t time.Time, loc *time.Location) time.Time {
+	lt := t.In(loc)
+	start, _ := lt.ZoneBounds()
+	if start.IsZero() {
+		return t
+	}
+	_, before := start.Add(-time.Nanosecond).In(loc).Zone()
+	_, now := lt.Zone()
+	back := time.Duration(before-now) * time.Second
+	if back <= 0 {
+		return t
+	}
+	if earlier := t.Add(-back).In(loc); earlier.Before(start) && calendarDay(earlier) == calendarDay(lt) && wallClock(earlier) == wallClock(lt) {
+		return earlier
 	}
 	return t
 }

@@ -68,7 +68,7 @@ func TestSubDaySlotStartAcrossClockChanges(t *testing.T) {
 // A wall time that a clock change skips gives the instant of the change, the first one at or
 // after it, also where the clock jumps by two hours (Troll) or at a quarter to the hour
 // (Chatham), where time.Date reads the missing time past the change, and on a calendar day
-// the zone skipped whole (Apia).
+// the zone skipped whole (Apia); a wall time the day has twice gives the first.
 func TestLocalTimeInGap(t *testing.T) {
 	for _, tc := range []struct {
 		zone   string
@@ -85,6 +85,10 @@ func TestLocalTimeInGap(t *testing.T) {
 		// Samoa skipped 30 December 2011: its clock went from 29 December 23:59:59 (UTC-10)
 		// to 31 December 00:00 (UTC+14). The skipped day starts where the next one does.
 		{"Pacific/Apia", 2011, time.December, 30, 0, "2011-12-30T10:00:00Z"},
+		// Not a gap: Amman went from 01:00 (+03) back to 00:00 (+02) on 29 October 2021, so
+		// its midnight came twice. The first is meant.
+		{"Asia/Amman", 2021, time.October, 29, 0, "2021-10-28T21:00:00Z"},
+		{"Asia/Amman", 2021, time.October, 29, 30 * time.Minute, "2021-10-28T21:30:00Z"},
 	} {
 		loc, err := time.LoadLocation(tc.zone)
 		if err != nil {

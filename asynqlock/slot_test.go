@@ -112,6 +112,29 @@ func TestSlotPart(t *testing.T) {
 	}
 }
 
+// The slot part is the package's own value: a key-wide keyfunc.WithMaxPartLen, a cap meant
+// for the user's parts (short job codes here), does not apply to it, so OncePerSlot on such
+// a key function runs the job rather than archive every run as bad input.
+func TestOncePerSlotIgnoresKeyPartCap(t *testing.T) {
+	e := newEnv(t)
+	key := keyfunc.Join(keyfunc.Const("job"), keyfunc.Meta(keyfunc.MetaTaskType)).With(keyfunc.WithMaxPartLen(12))
+	if _, err := key.Key(asynqlock.NewSource(t.Context(), asynq.NewTask("report", nil))); err != nil {
+		t.Fatalf("the key function alone: %v", err)
+	}
+	runs := 0
+	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { runs++; return nil }),
+		e.lock, key, asynqlock.OncePerSlot(time.Hour))
+	if err := h.ProcessTask(t.Context(), asynq.NewTask("report", nil)); err != nil || runs != 1 {
+		t.Fatalf("OncePerSlot task: %v, handler ran %d times; want nil and one run", err, runs)
+	}
+	// A part of the user's own over the cap still fails.
+	_, err := keyfunc.Join(keyfunc.Const("job"), keyfunc.Meta(keyfunc.MetaTaskType), asynqlock.Slot(time.Hour)).
+		With(keyfunc.WithMaxPartLen(12)).Key(asynqlock.NewSource(t.Context(), asynq.NewTask("report:monthly-totals", nil)))
+	if !errors.Is(err, keyfunc.ErrTooLong) {
+		t.Fatalf("a task type of 21 bytes under a 12-byte cap: %v, want ErrTooLong", err)
+	}
+}
+
 // A daily job at 01:30 Berlin time, across both daylight saving changes of 2026. In UTC days
 // the runs of Sunday 29 March (00:30 UTC) and Monday 30 March (23:30 UTC on Sunday) share a
 // slot and Monday's would be skipped; with WithSlotLocation every local day has its own slot,

@@ -53,3 +53,43 @@ func TestDailySlotStartWhereMidnightIsSkipped(t *testing.T) {
 		}
 	}
 }
+
+// Where clocks go back across midnight, midnight comes twice: Asia/Amman on 29 October 2021
+// went from 01:00 (+03) back to 00:00 (+02). The day starts at the first (21:00 UTC), so a
+// task scheduled at 00:30 of either pass, or at noon, is in a slot that starts at or before
+// it, and the day has one slot.
+func TestDailySlotStartWhereMidnightRepeats(t *testing.T) {
+	e := newEnv(t)
+	amman, err := time.LoadLocation("Asia/Amman")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := time.Date(2021, 10, 28, 21, 0, 0, 0, time.UTC)
+	var start time.Time
+	job := asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
+		start, _ = asynqlock.SlotStart(ctx)
+		return nil
+	})
+	h := asynqlock.Wrap(job, e.lock, keyfunc.Join(keyfunc.Const("amman")),
+		asynqlock.OncePerSlot(24*time.Hour), asynqlock.WithSlotLocation(amman))
+	keys := map[string]bool{}
+	for _, at := range []string{"2021-10-29T00:30:00+03:00", "2021-10-29T00:30:00+02:00", "2021-10-29T12:00:00+02:00"} {
+		task := asynq.NewTaskWithHeaders("report:daily", nil, map[string]string{asynqlock.HeaderScheduledAt: at})
+		key, err := keyfunc.Join(asynqlock.SlotIn(24*time.Hour, amman)).Key(asynqlock.NewSource(t.Context(), task))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[key] = true
+		start = time.Time{}
+		if err := h.ProcessTask(t.Context(), task); err != nil {
+			t.Fatal(err)
+		}
+		if !start.IsZero() && !start.Equal(want) { // zero: replayed, the day's run was done
+			t.Errorf("scheduled %s: SlotStart %s, want %s (the first midnight)", at,
+				start.In(amman).Format(time.RFC3339), want.In(amman).Format(time.RFC3339))
+		}
+	}
+	if len(keys) != 1 {
+		t.Errorf("one day, %d slots: %v", len(keys), keys)
+	}
+}
