@@ -64,7 +64,7 @@ func TestIdempotencyKey(t *testing.T) {
 		t.Errorf("Optional: empty header gives %q, %v; no header gives %q; want both %q", empty, err, none, "~")
 	}
 	// Repeated header lines (a source that has them all): lines all sent empty are absent, as
-	// one is; a key with any other line is a list, refused.
+	// one is; a key with any other line, even an empty one, is refused.
 	for _, tt := range []struct {
 		lines []string
 		want  string
@@ -74,6 +74,11 @@ func TestIdempotencyKey(t *testing.T) {
 		{[]string{" ", "\t"}, "~", nil},
 		{[]string{"k1", ""}, "", ErrInvalid},
 		{[]string{"k1", "k2"}, "", ErrInvalid},
+		{[]string{"", "k1"}, "", ErrInvalid},
+		{[]string{"k1", "k1"}, "", ErrInvalid},
+		// Two lines that, joined as RFC 9110 combines them, would read as the one quoted key
+		// "a, b": still a key sent twice.
+		{[]string{`"a`, `b"`}, "", ErrInvalid},
 	} {
 		src := &linesSource{MapSource{Header: map[string]string{"Idempotency-Key": tt.lines[0]}}, tt.lines}
 		if k, err := opt.Key(src); k != tt.want || !errors.Is(err, tt.err) || (err != nil) != (tt.err != nil) {

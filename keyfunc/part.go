@@ -155,7 +155,9 @@ func valuePart(kind Kind, name string, defMax int) Part {
 // IdempotencyKey is the Idempotency-Key header, accepted as an RFC 8941 sf-string ("abc")
 // or bare (abc). The key must be 1..255 printable ASCII characters (cap: DefaultMaxHeaderLen,
 // see MaxLen); otherwise ErrInvalid or ErrTooLong. A bare key with a comma is two keys (a
-// list, or repeated header lines combined): ErrInvalid; quote a key that holds one. A header
+// list, or repeated header lines a proxy combined): ErrInvalid; quote a key that holds one.
+// A Source that also implements MultiValueSource (ginlock's does) shows every header line: a
+// key on more than one line is ErrInvalid, whatever the lines hold. A header
 // sent empty (or only spaces and tabs), as clients do when the variable that should fill it
 // is unset, counts as absent: ErrMissing, or "~" when Optional. Keys using it report
 // UsesIdempotencyKey.
@@ -167,7 +169,9 @@ func IdempotencyKey() Part {
 				if !slices.ContainsFunc(all, notBlank) {
 					return "", false, nil // every line sent empty: absent, as one empty line is
 				}
-				v = strings.Join(all, ", ") // RFC 9110's combined value: refused below
+				// A key sent twice, or a key beside an empty line. Not joined and parsed as
+				// RFC 9110 combines lines: `"a` and `b"` would make the one key "a, b".
+				return "", true, fmt.Errorf("%w: Idempotency-Key sent on %d header lines", ErrInvalid, len(all))
 			}
 		}
 		if !ok || !notBlank(v) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/lockguard/lockguard/ginlock"
 	"github.com/lockguard/lockguard/keyfunc"
 )
 
@@ -48,17 +49,17 @@ var idempotencyKey = keyfunc.Join(keyfunc.IdempotencyKey())
 
 // requireIdempotencyKey answers 400 when the Idempotency-Key header is missing or blank
 // (missing_idempotency_key) or is not a key ginlock accepts: over 255 characters, bytes
-// outside printable ASCII, a broken sf-string, the header sent twice (invalid_idempotency_key). It runs in both
-// modes, so the unprotected shop keeps the same contract and the protected one answers in
-// the shop's error shape before ginlock sees the key.
+// outside printable ASCII, a broken sf-string, the header sent on more than one line
+// (invalid_idempotency_key). It reads the key through ginlock's Source, as the middleware
+// does, so both agree on every header. It runs in both modes, so the unprotected shop keeps
+// the same contract and the protected one answers in the shop's error shape before ginlock
+// sees the key.
 func requireIdempotencyKey(c *gin.Context) {
-	_, err := idempotencyKey.Key(&keyfunc.MapSource{
-		Header: map[string]string{keyfunc.IdempotencyKeyHeader: c.GetHeader(keyfunc.IdempotencyKeyHeader)},
-	})
+	_, err := idempotencyKey.Key(ginlock.NewSource(c, 0))
 	switch {
-	case c.GetHeader(keyfunc.IdempotencyKeyHeader) == "" || errors.Is(err, keyfunc.ErrMissing):
+	case errors.Is(err, keyfunc.ErrMissing):
 		fail(c, http.StatusBadRequest, codeMissingKey)
-	case err != nil, len(c.Request.Header.Values(keyfunc.IdempotencyKeyHeader)) > 1:
+	case err != nil:
 		fail(c, http.StatusBadRequest, codeInvalidKey)
 	}
 }
