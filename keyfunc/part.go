@@ -171,7 +171,7 @@ func IdempotencyKey() Part {
 				}
 				// A key sent twice, or a key beside an empty line. Not joined and parsed as
 				// RFC 9110 combines lines: `"a` and `b"` would make the one key "a, b".
-				return "", true, fmt.Errorf("%w: Idempotency-Key sent on %d header lines", ErrInvalid, len(all))
+				return "", true, fmt.Errorf("%w: Idempotency-Key holds more than one key (sent on %d header lines)", ErrInvalid, len(all))
 			}
 		}
 		if !ok || !notBlank(v) {
