@@ -193,3 +193,40 @@ func TestLateAcquireAfterCloseTakesNothing(t *testing.T) {
 		t.Fatalf("another client cannot take the key (held by %q): %v", owner, err)
 	}
 }
+
+// A leave records the gone owner in the lock hash, which must outlive the late look. A
+// released lock's hash stays only until that lock's lease would have ended (200 ms here): the
+// leave keeps it for the leaving acquisition's lease, so the look that comes in 400 ms after
+// it was sent still finds the record and takes nothing.
+func TestLateAcquireAfterReleasedHashWouldExpire(t *testing.T) {
+	srv, check, _ := setup(t)
+	c, armed, wg := delayedClient(t, srv, 400*time.Millisecond, true)
+	ctx := testContext(t, 30*time.Second)
+	key := uniqueKey(t)
+	other := newClient(t, srv.Client(t))
+	prev, err := other.TryAcquire(ctx, key, dlock.WithTTL(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := prev.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	armed.Store(true)
+	tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if lk, err := c.TryAcquire(tctx, key); err == nil {
+		_ = lk.Release(ctx)
+		t.Fatal("the acquisition succeeded: its script was held back past the deadline")
+	}
+	lockKey := dlock.DefaultPrefix + ":{" + key + "}:lock"
+	if gone, _ := check.HGet(ctx, lockKey, "g").Result(); gone == "" {
+		t.Fatal("the leave did not record the owner as gone")
+	}
+	wg.Wait() // the late script has reached Redis
+	if owner, pttl := heldBy(t, check, key); owner != "" {
+		_, terr := other.TryAcquire(ctx, key)
+		t.Fatalf("the look that came in after its acquisition gave up took the lock for %q (%v of "+
+			"lease left, nobody to renew or release it); another client gets: %v", owner, pttl.Round(time.Second), terr)
+	}
+}

@@ -27,7 +27,9 @@ type held struct {
 // lock does not accumulate them.
 func WithLock(ctx context.Context, lk *Lock) context.Context {
 	var from context.Context
-	if ctx != nil && reflect.TypeOf(ctx).Comparable() {
+	// The value, not only its type: a comparable type (a struct with an interface field, as
+	// context.WithoutCancel's) can hold a value that is not, and comparing it would panic.
+	if ctx != nil && reflect.ValueOf(ctx).Comparable() {
 		if out := lk.l.boundFrom(ctx, lk); out != nil {
 			return out
 		}

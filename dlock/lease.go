@@ -183,8 +183,8 @@ func (l *lease) unbind(lk *Lock) {
 	}
 }
 
-// boundFrom returns the live context WithLock made from ctx for lk, or nil. ctx must be of
-// a comparable type.
+// boundFrom returns the live context WithLock made from ctx for lk, or nil. ctx must be a
+// comparable value.
 func (l *lease) boundFrom(ctx context.Context, lk *Lock) context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()

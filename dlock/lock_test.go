@@ -236,6 +236,37 @@ func TestWithLockFromSameContextDoesNotAccumulate(t *testing.T) {
 	wantDone(t, dlock.WithLock(service, lk), dlock.ErrNotHeld, "WithLock after Release")
 }
 
+// mapCtx is a context passed by value that carries a map: a type that is not comparable, as
+// the context types of some frameworks are.
+type mapCtx struct {
+	context.Context
+	tags map[string]string
+}
+
+// WithLock with a context whose type is comparable but whose value is not (context.
+// WithoutCancel's struct, an interface field, holding a mapCtx) makes a new context each time
+// rather than compare it with the earlier ones, which would panic.
+func TestWithLockUncomparableContextValue(t *testing.T) {
+	_, _, c := setup(t)
+	ctx := testContext(t, 10*time.Second)
+	lk, err := c.Acquire(ctx, uniqueKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Release(ctx) }()
+	base := context.WithoutCancel(mapCtx{Context: ctx, tags: map[string]string{"a": "b"}})
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("WithLock panicked on its second call with the same context: %v", p)
+		}
+	}()
+	for range 2 {
+		if got, ok := dlock.FromContext(dlock.WithLock(base, lk)); !ok || got != lk {
+			t.Fatal("the lock is not carried")
+		}
+	}
+}
+
 func heapAlloc() uint64 {
 	runtime.GC()
 	runtime.GC()

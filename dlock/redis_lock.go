@@ -78,8 +78,11 @@ func parseAcquire(v any, ttl time.Duration) (acquireResult, error) {
 		token, _ := reply[1].(int64)
 		res := acquireResult{status: statusObtained, token: token, pttl: -1}
 		if len(reply) > 2 {
-			if pttl, _ := reply[2].(int64); pttl > 0 {
-				res.pttl = time.Duration(pttl) * time.Millisecond
+			// A lock handed to us and found by our own look in the last millisecond of its
+			// claim lease has PTTL 0 (Redis 7.0 reads PTTL on the live clock, expiry on the
+			// script's): it ends now. Read as unknown (-1), it would count as a whole lease.
+			if pttl, _ := reply[2].(int64); pttl >= 0 {
+				res.pttl = max(time.Duration(pttl)*time.Millisecond, time.Millisecond)
 			}
 		}
 		return res, nil

@@ -7,7 +7,9 @@
 -- newest first), so that a look of its still on its way (sent before the caller gave up at
 -- its deadline, or a copy that go-redis sent again) neither takes the lock nor joins the line
 -- when it comes in after this script: acquire.lua refuses it. A lock hash that does not exist
--- is made for it, for the time a lock taken by that look would have been held.
+-- is made for it, and a free one (released, or handed to this owner and freed below) is kept,
+-- for the time a lock taken by that look would have been held. The hash of a lock someone
+-- else holds keeps that holder's lease: a look that comes in after it ran out takes the lock.
 local owner = ARGV[1]
 local L = lib()
 L.dequeue(ARGV[2])
@@ -21,6 +23,8 @@ for id in string.gmatch(cur[3] or '', '%S+') do
 end
 redis.call('HSET', KEYS[1], 'g', gone)
 if not cur[1] and not cur[2] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+elseif (cur[1] == '' or cur[1] == owner) and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[5]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
 end
 local releaser
