@@ -71,8 +71,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 // timeouts), and a lock an acquisition obtains as Close runs is freed in Redis and answered
 // with ErrClosed. Locks the watchdog renews are no longer renewed: their Done closes with
 // ErrLockLost and they expire in Redis at the end of their lease. A lock taken WithTTL is not
-// renewed anyway: it keeps its lease, and its Done closes when that ends. Release locks before
-// closing. Close does not close the Redis client.
+// renewed anyway: it keeps its lease, and its Done closes when that ends (one handed over by
+// a release and not yet confirmed to its ttl is ended like a renewed one). An acquisition
+// whose call fails as Close runs is taken out of line all the same, by a goroutine Close does
+// not wait for. Release locks before closing. Close does not close the Redis client.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed.Swap(true) {
