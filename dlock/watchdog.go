@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -206,9 +207,29 @@ func (w *watchdog) renew(due []*lease) {
 			return true
 		}
 	})
+	var err error
 	defer func() {
-		for _, l := range due {
+		// A renewal given up while its call may still reach Redis keeps its lease's token
+		// until the call is over, as Refresh does for its own calls: a Refresh that took it
+		// now could be applied first and then cut short by the late renewal. The others
+		// (renewed, or refused) give it back at once.
+		var late []*lease
+		var fl *inFlightError
+		inFlight := errors.As(err, &fl)
+		for i, l := range due {
+			if inFlight && renewFailed(err, i) {
+				late = append(late, l)
+				continue
+			}
 			<-l.renewing
+		}
+		if len(late) > 0 {
+			go func() {
+				afterInFlight(err)
+				for _, l := range late {
+					<-l.renewing
+				}
+			}()
 		}
 	}()
 	if len(due) == 0 {
@@ -231,7 +252,8 @@ func (w *watchdog) renew(due []*lease) {
 		}
 	}()
 	sent := time.Now()
-	ok, err := w.c.be.renew(ctx, rs)
+	var ok []bool
+	ok, err = w.c.be.renew(ctx, rs)
 	renewed, failed := 0, 0
 	for i, l := range due {
 		releasing := l.releasing()
