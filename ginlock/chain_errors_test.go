@@ -112,3 +112,34 @@ func TestPanicInFinishReleasesLock(t *testing.T) {
 		t.Fatalf("next request on the account: %d %s, want 201: the first request's lock was released", w.Code, w.Body)
 	}
 }
+
+// An error recorded by a middleware placed before ginlock (a non-fatal c.Error: an expired
+// optional session cookie, say) is not the chain's: the handler answers 201 with a Location
+// and no body, gin sends it, and the retry gets it replayed. The recorder counted every error
+// in c.Errors, also those recorded before it existed, so the answer was not stored and the
+// payment ran twice.
+func TestErrorBeforeGinlockIsNotTheChains(t *testing.T) {
+	e := setup(t)
+	r := router()
+	r.Use(func(c *gin.Context) {
+		_ = c.Error(errors.New("optional session cookie expired")).SetType(gin.ErrorTypePrivate)
+		c.Next()
+	})
+	var runs atomic.Int32
+	r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		n := runs.Add(1) // the money moves here
+		c.Header("Location", "/payments/"+string(rune('0'+n)))
+		c.Status(http.StatusCreated)
+	})
+	q := req{path: "/payments", user: "alice", key: idemKey(t), body: `{"amount":100}`}
+	first := do(r, q)
+	if first.Code != http.StatusCreated || first.Header().Get("Location") != "/payments/1" {
+		t.Fatalf("first: %d Location %q, want 201 /payments/1", first.Code, first.Header().Get("Location"))
+	}
+	retry := do(r, q)
+	if runs.Load() != 1 || retry.Code != http.StatusCreated || retry.Header().Get("Location") != "/payments/1" ||
+		retry.Header().Get(ginlock.ReplayedHeader) != "true" {
+		t.Fatalf("retry: %d Location %q replayed %q after %d handler runs; want the first answer replayed, handler run once",
+			retry.Code, retry.Header().Get("Location"), retry.Header().Get(ginlock.ReplayedHeader), runs.Load())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -63,69 +64,80 @@ func FuzzRecord(f *testing.F) {
 	})
 }
 
-// A record stored by a release before version 2 (fingerprint of method, route and body only)
-// is still within its retention after an upgrade or during a rolling deploy: the client's
-// retry of exactly the same request gets the replay, not 422 (a client that treats 422 as
-// "use a new key" would pay twice).
-func TestVersion1RecordReplays(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	locks := dlock.New(rdb)
-	t.Cleanup(func() { _ = locks.Close() })
-
-	r := gin.New()
-	var runs atomic.Int32
-	r.POST("/payments", New(locks, keyfunc.Join(keyfunc.IdempotencyKey())), func(c *gin.Context) {
-		runs.Add(1)
-		c.JSON(http.StatusCreated, gin.H{"id": 1})
-	})
-	body := `{"amount":1}`
-	send := func() *httptest.ResponseRecorder {
-		q := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
-		q.Header.Set(keyfunc.IdempotencyKeyHeader, "k-old")
-		w := httptest.NewRecorder()
-		r.ServeHTTP(w, q)
-		return w
-	}
-	if w := send(); w.Code != http.StatusCreated {
-		t.Fatalf("first: %d %s", w.Code, w.Body)
-	}
-
-	// Rewrite the stored record as a version 1 release wrote it: same layout, version 1,
-	// fingerprint = SHA-256 of method, route and canonical body.
-	ctx := context.Background()
-	keys, err := rdb.Keys(ctx, "*:done").Result()
-	if err != nil || len(keys) != 1 {
-		t.Fatalf("done keys %v, %v", keys, err)
-	}
-	raw, err := rdb.Get(ctx, keys[0]).Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := unmarshalRecord(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+// A record stored by an earlier release is still within its retention after an upgrade or
+// during a rolling deploy: the client's retry of exactly the same request gets the replay,
+// not 422 (a client that treats 422 as "use a new key" would pay twice). Version 1
+// fingerprints covered method, route and body; version 2 added the cleaned path and the
+// query.
+func TestOlderRecordsReplay(t *testing.T) {
+	const body = `{"amount":1}`
 	bh, err := bodyHash.Key(&keyfunc.MapSource{Payload: []byte(body)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := sha256.New()
-	for _, s := range []string{http.MethodPost, "/payments", bh} {
-		h.Write(binary.AppendUvarint(nil, uint64(len(s))))
-		h.Write([]byte(s))
-	}
-	h.Sum(rec.fingerprint[:0])
-	v1 := rec.marshal()
-	v1[0] = 1 // the layout is the same; only the fingerprint differs
-	if err := rdb.SetArgs(ctx, keys[0], v1, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
-		t.Fatal(err)
-	}
+	for _, tc := range []struct {
+		version byte
+		fields  []string
+	}{
+		{1, []string{http.MethodPost, "/payments/:id", bh}},
+		{2, []string{http.MethodPost, "/payments/:id", "/payments/7", "", bh}},
+	} {
+		t.Run(fmt.Sprintf("version %d", tc.version), func(t *testing.T) {
+			srv := redistest.Start(t)
+			rdb := srv.Client(t)
+			locks := dlock.New(rdb)
+			t.Cleanup(func() { _ = locks.Close() })
 
-	w := send()
-	if w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "true" || runs.Load() != 1 {
-		t.Fatalf("retry of a request stored by the previous release: %d %s (replayed %q, runs %d); want the replay",
-			w.Code, w.Body, w.Header().Get(ReplayedHeader), runs.Load())
+			r := gin.New()
+			var runs atomic.Int32
+			r.POST("/payments/:id", New(locks, keyfunc.Join(keyfunc.IdempotencyKey())), func(c *gin.Context) {
+				runs.Add(1)
+				c.JSON(http.StatusCreated, gin.H{"id": c.Param("id")})
+			})
+			send := func() *httptest.ResponseRecorder {
+				q := httptest.NewRequest(http.MethodPost, "/payments/7", strings.NewReader(body))
+				q.Header.Set(keyfunc.IdempotencyKeyHeader, "k-old")
+				w := httptest.NewRecorder()
+				r.ServeHTTP(w, q)
+				return w
+			}
+			if w := send(); w.Code != http.StatusCreated {
+				t.Fatalf("first: %d %s", w.Code, w.Body)
+			}
+
+			// Rewrite the stored record as the earlier release wrote it: same layout, its
+			// version, its fingerprint.
+			ctx := context.Background()
+			keys, err := rdb.Keys(ctx, "*:done").Result()
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("done keys %v, %v", keys, err)
+			}
+			raw, err := rdb.Get(ctx, keys[0]).Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := unmarshalRecord(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := sha256.New()
+			for _, s := range tc.fields {
+				h.Write(binary.AppendUvarint(nil, uint64(len(s))))
+				h.Write([]byte(s))
+			}
+			h.Sum(rec.fingerprint[:0])
+			old := rec.marshal()
+			old[0] = tc.version // the layout is the same; only the fingerprint differs
+			if err := rdb.SetArgs(ctx, keys[0], old, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+				t.Fatal(err)
+			}
+
+			w := send()
+			if w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "true" || runs.Load() != 1 {
+				t.Fatalf("retry of a request stored by the earlier release: %d %s (replayed %q, runs %d); want the replay",
+					w.Code, w.Body, w.Header().Get(ReplayedHeader), runs.Load())
+			}
+		})
 	}
 }
 

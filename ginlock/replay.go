@@ -17,12 +17,17 @@ const ReplayedHeader = "Idempotent-Replayed"
 // bytes otherwise), so the fingerprint ignores what JSON does not mean: key order, spacing.
 var bodyHash = keyfunc.Join(keyfunc.BodyHash())
 
-// requestPrint is what a request asks for, as its fingerprint covers it: method, route, path
-// (decoded and cleaned, as Gin routes it, so path parameters count however they are spelled:
-// /accounts/%31 and /accounts//1 are /accounts/1), query
-// (decoded, parameters sorted by name) and canonical body. A replay is served only to a
-// request with the same fingerprint.
-type requestPrint struct{ method, route, path, query, body string }
+// requestPrint is what a request asks for, as its fingerprint covers it: method, route, the
+// path as the handler sees it (params), query (decoded, parameters sorted by name) and
+// canonical body. A replay is served only to a request with the same fingerprint.
+//
+// params are the route's parameter values as Gin gave them: /accounts/%31 and /accounts/1
+// are the same request (both give id 1), and so is /accounts//1 where Gin cleans the path
+// before routing (RemoveExtraSlash); a catch-all parameter keeps repeated slashes, and
+// UseRawPath keeps an encoded slash apart, so /files/a//b and /files/a/b are two. Without a
+// matched route they are the decoded path as sent. path, the decoded path cleaned, is for
+// records of version 2.
+type requestPrint struct{ method, route, params, path, query, body string }
 
 func fingerprint(c *gin.Context, src *Source) (requestPrint, error) {
 	body, err := bodyHash.Key(src)
@@ -30,19 +35,32 @@ func fingerprint(c *gin.Context, src *Source) (requestPrint, error) {
 		return requestPrint{}, err
 	}
 	u := c.Request.URL
-	return requestPrint{c.Request.Method, c.FullPath(), cleanPath(u.Path), u.Query().Encode(), body}, nil
+	route := c.FullPath()
+	params := u.Path
+	if route != "" {
+		var b []byte
+		for _, p := range c.Params {
+			b = appendString(appendString(b, p.Key), p.Value)
+		}
+		params = string(b)
+	}
+	return requestPrint{c.Request.Method, route, params, cleanPath(u.Path), u.Query().Encode(), body}, nil
 }
 
 // sum is the fingerprint stored with a response: SHA-256 of the print's fields.
 func (p requestPrint) sum() [sha256.Size]byte {
-	return sumFields(p.method, p.route, p.path, p.query, p.body)
+	return sumFields(p.method, p.route, p.params, p.query, p.body)
 }
 
 // matches reports whether r was stored for a request with print p. A version 1 record's
-// fingerprint covers method, route and body only.
+// fingerprint covers method, route and body only; a version 2 record's, the cleaned path in
+// place of the parameters.
 func (r *record) matches(p requestPrint) bool {
-	if r.legacy {
+	switch r.version {
+	case 1:
 		return r.fingerprint == sumFields(p.method, p.route, p.body)
+	case 2:
+		return r.fingerprint == sumFields(p.method, p.route, p.path, p.query, p.body)
 	}
 	return r.fingerprint == p.sum()
 }
@@ -62,16 +80,17 @@ func sumFields(fields ...string) [sha256.Size]byte {
 // record is a stored response.
 type record struct {
 	fingerprint [sha256.Size]byte
-	legacy      bool // a version 1 record: its fingerprint has no path and query
+	version     byte // of the stored layout, which says what the fingerprint covers (matches)
 	status      int
 	header      http.Header
 	body        []byte
 }
 
 // recordVersion starts every encoded record, so a later layout can tell old records apart.
-// Version 2 added path and query to the fingerprint; version 1 records, written by earlier
-// releases and kept for their retention, are still read and matched the old way.
-const recordVersion = 2
+// Version 2 added path and query to the fingerprint, version 3 put the route's parameters in
+// place of the cleaned path; records of versions 1 and 2, written by earlier releases and kept
+// for their retention, are still read and matched the old way.
+const recordVersion = 3
 
 // Layout: version, fingerprint, uvarint status, uvarint header count, per header its name and
 // uvarint value count and values (strings as uvarint length + bytes), then the body.
@@ -98,10 +117,10 @@ func appendString(b []byte, s string) []byte {
 func unmarshalRecord(b []byte) (*record, error) {
 	d := decoder{b: b}
 	v := d.byte()
-	if v != recordVersion && v != 1 {
+	if v < 1 || v > recordVersion {
 		return nil, ErrBadRecord
 	}
-	r := &record{legacy: v == 1}
+	r := &record{version: v}
 	copy(r.fingerprint[:], d.bytes(sha256.Size))
 	r.status = int(d.uvarint(999))
 	n := d.uvarint(uint64(len(d.b)))

@@ -29,6 +29,7 @@ type recorder struct {
 	writeFailed   bool // a write to the client failed
 	chainErrors   bool // the chain recorded errors (c.Error), as gin does when a render fails
 	renderFailed  bool // after the body started, the chain recorded an error and aborted
+	errorsAtStart int  // errors recorded before the recorder was made (before ginlock)
 	errorsAtBody  int  // errors the chain had recorded when the body started
 	gone          bool // the request's context ended before the handler returned
 	goneAtBody    bool // it had ended already when the body started
@@ -44,7 +45,8 @@ type recorder struct {
 // recorded before it answered.
 func newRecorder(c *gin.Context, names []string, max int) *recorder {
 	_, outer := c.Writer.Header()["Content-Encoding"]
-	return &recorder{ResponseWriter: c.Writer, c: c, names: names, max: max, outerEncoding: outer}
+	return &recorder{ResponseWriter: c.Writer, c: c, names: names, max: max, outerEncoding: outer,
+		errorsAtStart: len(c.Errors)}
 }
 
 // started takes the headers once, just before they go out.
@@ -141,7 +143,7 @@ func (w *recorder) wrote(p []byte, err error) {
 func (w *recorder) chainDone() {
 	errs := len(w.c.Errors)
 	w.gone = w.c.Request.Context().Err() != nil
-	w.chainErrors = errs > 0
+	w.chainErrors = errs > w.errorsAtStart // an error logged by a middleware before ginlock is not the chain's
 	w.renderFailed = w.writes > 0 && !w.writeFailed && w.c.IsAborted() && errs > w.errorsAtBody
 }
 
