@@ -25,7 +25,7 @@
 //
 // When the key uses the Idempotency-Key header (or with WithReplay), the response of a
 // completed request is stored under the key, scoped by method and route, and replayed to
-// later requests with the same key and the same fingerprint (method, route, decoded path,
+// later requests with the same key and the same fingerprint (method, route, path parameters as the handler gets them,
 // query and canonical body), marked Idempotent-Replayed: true; a request with the same key and
 // another fingerprint gets 422. When the Idempotency-Key part is Optional, a request without
 // the header (or with an empty one) is locked but neither replayed nor stored, in any mode. Storing uses dlock's completion records: the lookup is part of the
