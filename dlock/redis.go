@@ -72,6 +72,7 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 		b.ctxTimeouts, b.readTimeout = c.Options().ContextTimeoutEnabled, c.Options().ReadTimeout
 	}
 	b.subs = newSubscriber(rdb, cluster)
+	b.subs.sendWait = cfg.retry // a waiter looks at least every retry interval (see live)
 	return b
 }
 

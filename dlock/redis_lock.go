@@ -156,6 +156,15 @@ func (b *redisBackend) release(ctx context.Context, r releaseRequest) (releaseRe
 		return err
 	})
 	if err != nil {
+		var fl *inFlightError
+		if errors.As(err, &fl) {
+			// Given up while the call goes on: its reply, which would name our waiter, is
+			// not read. Tell them to look once it is over, whatever it answered.
+			go func() {
+				afterInFlight(err)
+				b.subs.lookAgain(ch, b.slot(keys))
+			}()
+		}
 		return releaseResult{}, unavailable("release", err)
 	}
 	if n, ok := reply.(int64); ok && n == 0 {

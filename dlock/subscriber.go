@@ -40,6 +40,10 @@ type subscriber struct {
 	sends     context.Context
 	stopSends context.CancelFunc
 
+	// sendWait bounds how long listen waits for its SUBSCRIBE to be sent (0: no bound): a
+	// waiter makes no looks meanwhile, and looks are what keep its place in line alive.
+	sendWait time.Duration
+
 	mu     sync.Mutex
 	conns  map[int]*psConn
 	closed bool
@@ -71,7 +75,10 @@ func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
 
 // listen registers a listener of owner on channel, subscribing the channel first when this
 // process does not listen to it yet. It waits for that SUBSCRIBE to be sent (not confirmed:
-// the listener's Ready says when it is), or for ctx.
+// the listener's Ready says when it is), or for ctx, or for sendWait: a send still under way
+// then (a slow dial) goes on, and the listener is returned, not ready, so that its waiter
+// looks at the lock meanwhile. If that send fails, the listener never gets ready: its waiter
+// finds a hand-off at its looks, every retry interval.
 func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner string) (listener, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -97,11 +104,19 @@ func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner
 	l := s.addLocked(conn, cs, channel, owner)
 	s.mu.Unlock()
 
+	var bound <-chan time.Time
+	if s.sendWait > 0 {
+		t := time.NewTimer(s.sendWait)
+		defer t.Stop()
+		bound = t.C
+	}
 	select {
 	case <-cs.sub.done:
 	case <-ctx.Done():
 		l.Close()
 		return nil, unavailable("subscribe", ctx.Err())
+	case <-bound:
+		return l, nil
 	}
 	if err := cs.sub.err; err != nil {
 		l.Close()
