@@ -141,7 +141,10 @@ func WithReplayStatuses(f func(status int) bool) Option {
 // before it, by a compressing middleware outside, is not (the kept body is not encoded). A
 // body stored gzip or deflate encoded is decoded for a retry whose Accept-Encoding does not
 // accept that encoding (no Accept-Encoding: none accepted), and replayed without
-// Content-Encoding; other encodings are replayed as stored.
+// Content-Encoding; other encodings are replayed as stored. Values a middleware before
+// ginlock set for the request (a session cookie it refreshes, a request id) are not stored:
+// a retry keeps its own, stored Set-Cookie values are added to them, and other stored
+// headers replace them.
 // Idempotent-Replayed is always added to a replay.
 func WithReplayHeaders(names ...string) Option {
 	return optionFunc(func(c *config) {

@@ -187,6 +187,12 @@ func replay(c *gin.Context, r *record) {
 	header, body := forClient(r.header, r.body, c.GetHeader("Accept-Encoding"))
 	h := c.Writer.Header()
 	for name, vals := range header {
+		if name == "Set-Cookie" {
+			// Cookies add up: those a middleware before ginlock set for this request (a
+			// refreshed session) stay beside the stored ones.
+			h[name] = append(h[name], vals...)
+			continue
+		}
 		h[name] = vals
 	}
 	h.Set(ReplayedHeader, "true")

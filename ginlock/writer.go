@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
@@ -23,6 +24,7 @@ type recorder struct {
 	names         []string     // header names to keep, canonical
 	max           int
 	outerEncoding bool        // Content-Encoding was set outside the chain
+	outer         http.Header // values of kept headers set outside the chain (nil: none)
 	header        http.Header // the kept headers, taken when the response started
 	body          []byte
 	writes        int  // Write calls with a body
@@ -44,9 +46,19 @@ type recorder struct {
 // tell a render that failed part-way (gin records the error and aborts) from errors a handler
 // recorded before it answered.
 func newRecorder(c *gin.Context, names []string, max int) *recorder {
-	_, outer := c.Writer.Header()["Content-Encoding"]
-	return &recorder{ResponseWriter: c.Writer, c: c, names: names, max: max, outerEncoding: outer,
-		errorsAtStart: len(c.Errors)}
+	h := c.Writer.Header()
+	_, outerEnc := h["Content-Encoding"]
+	var outer http.Header
+	for _, n := range names {
+		if vs := h[n]; len(vs) > 0 {
+			if outer == nil {
+				outer = http.Header{}
+			}
+			outer[n] = slices.Clone(vs)
+		}
+	}
+	return &recorder{ResponseWriter: c.Writer, c: c, names: names, max: max, outerEncoding: outerEnc,
+		outer: outer, errorsAtStart: len(c.Errors)}
 }
 
 // started takes the headers once, just before they go out.
@@ -58,25 +70,38 @@ func (w *recorder) started() {
 }
 
 // keptHeaders copies the kept headers' values out of the response's, all into one slice.
+// Values a middleware before ginlock set for this request (a session cookie it refreshes, a
+// request id) are not the chain's and are left out (chainValues); so is a Content-Encoding
+// set there.
 func (w *recorder) keptHeaders() http.Header {
 	src := w.ResponseWriter.Header()
 	kept := func(n string) bool { return n != "Content-Encoding" || !w.outerEncoding }
 	total := 0
 	for _, n := range w.names {
 		if kept(n) {
-			total += len(src[n])
+			total += len(w.chainValues(n, src[n]))
 		}
 	}
 	h := make(http.Header, len(w.names))
 	vals := make([]string, 0, total)
 	for _, n := range w.names {
-		if vs, ok := src[n]; ok && kept(n) {
+		if vs := w.chainValues(n, src[n]); len(vs) > 0 && kept(n) {
 			start := len(vals)
 			vals = append(vals, vs...)
 			h[n] = vals[start:len(vals):len(vals)]
 		}
 	}
 	return h
+}
+
+// chainValues is vs, the response's values of header n, without those a middleware before
+// ginlock had set when the chain started: when vs still begins with them, the chain added to
+// them (http.SetCookie adds), and only what follows is its own; otherwise it replaced them.
+func (w *recorder) chainValues(n string, vs []string) []string {
+	if o := w.outer[n]; len(o) > 0 && len(vs) >= len(o) && slices.Equal(vs[:len(o)], o) {
+		return vs[len(o):]
+	}
+	return vs
 }
 
 func (w *recorder) keep(p []byte) {
