@@ -31,7 +31,8 @@
 //     ignores the stale message and queues again. An acquisition that failed leaves no lock
 //     behind though its look may have taken one (its reply lost, or its script reaching Redis
 //     after the caller's deadline): its clean-up is tried again until Redis answers, and a
-//     look arriving after the clean-up takes nothing.
+//     look arriving after the clean-up takes nothing (unless someone else held the lock at
+//     the clean-up and that holder's lease ended before the look came: see docs/dlock.md).
 //   - Locks without WithTTL are renewed by one watchdog loop per Client, every lease/3, many
 //     locks per script call, pipelined (one pipeline per node on a Cluster, so a node that
 //     does not answer costs only its own locks). Renewal stops the moment the lock is

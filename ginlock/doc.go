@@ -73,9 +73,12 @@
 //     (user or tenant) with keyfunc.Func.Scope, or two users choosing the same
 //     Idempotency-Key share a lock and a stored response.
 //   - The stored response is what the handler chain after the middleware wrote. A response
-//     written by middleware placed before ginlock, after the chain returned, is not seen. A
-//     chain that recorded errors (c.Error) and sent nothing leaves its answer to such a
-//     middleware: nothing is stored, and a retry runs the handler again.
+//     written by middleware placed before ginlock, after the chain returned, is not seen, nor
+//     are header values it set before (a refreshed session cookie, a request id): a replay
+//     keeps the retry's own, adding stored Set-Cookie values to them. A chain that recorded
+//     errors (c.Error) and sent nothing leaves its answer to such a middleware: nothing is
+//     stored, and a retry runs the handler again. Errors recorded before ginlock ran do not
+//     count.
 //   - A lost lock is detected by dlock's watchdog, not instantly; work that must not
 //     overlap a successor should pass the fencing token (the Token of the lock FromContext
 //     returns) to the resource it writes. When the handler returns without having answered
