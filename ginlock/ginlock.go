@@ -308,6 +308,10 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	if lost := lock.Err(); errors.Is(lost, dlock.ErrLockLost) {
 		m.cfg.log.WarnContext(origCtx, "ginlock: lock lost while the handler ran; response not stored",
 			"key_hash", dlock.KeyHash(lock.Key()), "route", c.FullPath(), "error", lost)
+		// Lost on our clock, which runs ahead of Redis's: Redis may still have the lock as
+		// ours. The release frees it there (it checks the owner); it reports the loss again.
+		// Deferred: the error handler that renders the 409 may panic.
+		defer func() { _ = lock.Release(ctx) }()
 		// A status of its own (c.Status(201), a redirect) is an answer even without a body.
 		if returned && !c.Writer.Written() && c.Writer.Status() == http.StatusOK {
 			h := c.Writer.Header()
@@ -316,9 +320,6 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 			c.Header("Retry-After", retryAfter) // nothing was stored: a retry runs it again
 			m.reject(c, http.StatusConflict, lost)
 		}
-		// Lost on our clock, which runs ahead of Redis's: Redis may still have the lock as
-		// ours. The release frees it there (it checks the owner); it reports the loss again.
-		_ = lock.Release(ctx)
 		return
 	} else if lost != nil {
 		// The handler ended the hold itself (Release on the lock FromContext gives it, to let

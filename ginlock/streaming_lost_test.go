@@ -3,7 +3,9 @@ package ginlock_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,5 +82,31 @@ func TestFingerprintTellsCaseVariantMembersApart(t *testing.T) {
 	if w2.Code != http.StatusUnprocessableEntity {
 		t.Fatalf("first charged %s; second (handler would charge 100) got %d %s replayed=%q, want 422",
 			w1.Body, w2.Code, w2.Body, w2.Header().Get(ginlock.ReplayedHeader))
+	}
+}
+
+// An error handler of the user's that panics while it renders the lost-lock 409 must not
+// leave the lock held in Redis either: the retry that the 409 invites would find it busy for
+// the rest of the lease.
+func TestLostLockReleasedWhenErrorHandlerPanics(t *testing.T) {
+	e := setup(t)
+	r := gin.New()
+	r.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, _ any) {
+		c.AbortWithStatus(http.StatusInternalServerError)
+	}))
+	var rendered atomic.Int32
+	r.POST("/accounts/:id", ginlock.New(e.locks, accountKey, ginlock.WithTTL(5*time.Second),
+		ginlock.WithErrorHandler(func(c *gin.Context, status int, err error) {
+			rendered.Add(1)
+			panic(fmt.Sprintf("rendering %d: %v", status, err))
+		})), func(c *gin.Context) {
+		<-c.Request.Context().Done()
+	})
+	if w := do(r, req{path: "/accounts/7"}); w.Code != http.StatusInternalServerError || rendered.Load() != 1 {
+		t.Fatalf("lost lock, error handler panicked: %d after %d renders; want Recovery's 500 after one", w.Code, rendered.Load())
+	}
+	if keys := locktest.Held(t, e.rdb); len(keys) != 0 {
+		pttl, _ := e.rdb.PTTL(context.Background(), keys[0]).Result()
+		t.Fatalf("after the error handler panicked the lock is still held in Redis: %v (pttl %v)", keys, pttl)
 	}
 }

@@ -241,9 +241,15 @@ func (w *recorder) Flush() {
 	w.ResponseWriter.Flush()
 }
 
+// Hijack marks the response unstorable once the connection is taken: what the handler writes
+// to it is out of the recorder's sight. A refused Hijack (gin refuses one after the body
+// started, HTTP/2 has none) leaves the response with net/http, recorded as usual.
 func (w *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.hijacked = true
-	return w.ResponseWriter.Hijack()
+	conn, rw, err := w.ResponseWriter.Hijack()
+	if err == nil {
+		w.hijacked = true
+	}
+	return conn, rw, err
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
