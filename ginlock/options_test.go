@@ -119,3 +119,30 @@ func TestWaitUnacknowledgedLockIs503(t *testing.T) {
 		wantProblem(t, do(r, req{path: path, user: "alice", key: idemKey(t), body: `{}`}), http.StatusServiceUnavailable)
 	}
 }
+
+// A nil WithReplayStatuses or WithErrorHandler restores the default, even after another
+// value was given: a later nil undoes an earlier option, as the docs say.
+func TestNilCallbacksRestoreDefaults(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var custom atomic.Int32
+	r.POST("/payments", ginlock.New(e.locks, payKey,
+		ginlock.WithReplayStatuses(func(int) bool { return false }), ginlock.WithReplayStatuses(nil),
+		ginlock.WithErrorHandler(func(c *gin.Context, status int, err error) {
+			custom.Add(1)
+			c.String(status, "custom")
+		}), ginlock.WithErrorHandler(nil)),
+		func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"ok": true}) })
+	key := idemKey(t)
+	if w := do(r, req{path: "/payments", user: "alice", key: key, body: `{}`}); w.Code != http.StatusCreated {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if w := do(r, req{path: "/payments", user: "alice", key: key, body: `{}`}); w.Header().Get(ginlock.ReplayedHeader) != "true" {
+		t.Fatalf("retry: status %d, not replayed: the default statuses (201 stored) are not back", w.Code)
+	}
+	w := do(r, req{path: "/payments", user: "alice", body: `{}`}) // no Idempotency-Key: 400
+	if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != ginlock.ProblemContentType || custom.Load() != 0 {
+		t.Fatalf("missing key: %d %q after %d custom renders; want the default problem+json 400",
+			w.Code, w.Header().Get("Content-Type"), custom.Load())
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,5 +115,33 @@ func TestBodyRestored(t *testing.T) {
 	// WithReplay without an Idempotency-Key: the same order again is a replay.
 	if w := do(r, req{path: "/orders", user: "alice", body: body}); w.Header().Get(ginlock.ReplayedHeader) != "true" {
 		t.Fatalf("second submit: %d %v, want a replay", w.Code, w.Header())
+	}
+}
+
+// Values gives every line of a header, and for the other kinds the one value Value gives (a
+// part that reads all values, such as IdempotencyKey's check for a key sent twice, works on
+// any kind); nothing for an absent one.
+func TestSourceValuesOfEachKind(t *testing.T) {
+	var got map[string][]string
+	e := gin.New()
+	e.POST("/items/:id", func(c *gin.Context) {
+		s := ginlock.NewSource(c, 0)
+		got = map[string][]string{
+			"header": s.Values(keyfunc.KindHeader, "X-Req"),
+			"param":  s.Values(keyfunc.KindParam, "id"),
+			"query":  s.Values(keyfunc.KindQuery, "q"),
+			"meta":   s.Values(keyfunc.KindMeta, keyfunc.MetaMethod),
+			"absent": s.Values(keyfunc.KindQuery, "nope"),
+		}
+	})
+	r := httptest.NewRequest(http.MethodPost, "/items/7?q=a&q=b", nil)
+	r.Header.Add("X-Req", "r1")
+	r.Header.Add("X-Req", "r2")
+	e.ServeHTTP(httptest.NewRecorder(), r)
+	want := map[string][]string{"header": {"r1", "r2"}, "param": {"7"}, "query": {"a"}, "meta": {"POST"}, "absent": nil}
+	for k, w := range want {
+		if !slices.Equal(got[k], w) {
+			t.Errorf("Values %s = %q, want %q", k, got[k], w)
+		}
 	}
 }
