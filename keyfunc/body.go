@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"io"
 	"maps"
 	"mime"
@@ -57,7 +58,9 @@ func (e *eval) parsedJSON() (any, error) {
 		return nil, nil
 	}
 	e.jsonVal, e.jsonErr = parseJSON(body)
-	if e.jsonErr != nil {
+	// Only a body that does not parse may be "not JSON": one that parses and is refused (a
+	// top-level string with a lone surrogate) must not read as absent, the key of no body.
+	if e.jsonErr != nil && errors.Is(e.jsonErr, ErrMalformedBody) {
 		if first := bytes.TrimLeft(body, " \t\r\n"); first[0] != '{' && first[0] != '[' {
 			e.jsonErr = &notJSONError{e.jsonErr}
 		}
@@ -159,7 +162,8 @@ func (e *eval) bodyHash() (string, bool, error) {
 	}
 	domain, data := domainRaw, body
 	if v, err := e.parsedJSON(); err == nil && !jsonEmpty(body) { // v is nil for a JSON null
-		if canon, err := appendCanonical(nil, v); err == nil {
+		// The canonical text is rarely longer than the body it compacts.
+		if canon, err := appendCanonical(make([]byte, 0, len(body)), v); err == nil {
 			domain, data = domainJSON, canon
 		}
 	} else if canon, ok := e.canonicalMultipart(body); ok {
@@ -168,5 +172,6 @@ func (e *eval) bodyHash() (string, bool, error) {
 	h := sha256.New()
 	h.Write([]byte(domain))
 	h.Write(data)
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)), true, nil
+	var sum [sha256.Size]byte
+	return base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])), true, nil
 }

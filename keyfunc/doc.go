@@ -59,15 +59,19 @@
 //   - JSON bodies are decoded with exact numbers and at most MaxJSONDepth (64) levels of
 //     nesting; numbers are rendered canonically (1e2 and 100 give the same key). Exact:
 //     42 and 42.0000000000000001 are two keys, though a handler decoding into float64 sees
-//     one number; decode ids exactly (int64, json.Number) so handler and key agree.
+//     one number; decode ids exactly (int64, json.Number) so handler and key agree. A body
+//     with a string escaping an unpaired UTF-16 surrogate ("\ud800"), which encoding/json
+//     reads as U+FFFD like "\ufffd", is refused (ErrInvalid; BodyHash hashes it raw), so
+//     such strings never share a key.
 //
 // # Errors
 //
 // Key's errors are *PartError values naming the part. IsInputError tells the input's
 // faults (ErrMissing, ErrInvalid, ErrTooLong, ErrMalformedBody, ErrBodyTooLarge: an HTTP
 // adapter's 400 or 413, a task adapter's archive) from the rest (a From function's error,
-// a body that could not be read, a context value of a type ContextValue cannot read:
-// ErrUnsupportedType), which are the server's or may pass on a retry.
+// a body that could not be read, a context value ContextValue cannot use: of an unsupported
+// type, ErrUnsupportedType, or over its cap or not an integer for Integer, ErrContextValue),
+// which are the server's or may pass on a retry.
 //
 // # Limits
 //

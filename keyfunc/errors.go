@@ -9,7 +9,8 @@ import (
 // Sentinel errors. Key wraps every per-part failure in a *PartError whose Unwrap returns
 // (an error wrapping) one of these, so callers test with errors.Is and name the part with
 // errors.As. A middleware typically maps ErrBodyTooLarge to 413, the other input errors (see
-// IsInputError) to 400, and ErrUnsupportedType, like any other error, to 500.
+// IsInputError) to 400, and ErrUnsupportedType and ErrContextValue, like any other error,
+// to 500.
 var (
 	// ErrMissing: a required part has no value in the request or task.
 	ErrMissing = errors.New("keyfunc: missing value")
@@ -20,6 +21,11 @@ var (
 	// auth step stored, say, a struct): the server's mistake, not the request's, so it is not
 	// an input error (see IsInputError).
 	ErrUnsupportedType = errors.New("keyfunc: context value of an unsupported type")
+	// ErrContextValue: a context value of a supported type is unusable: longer than its
+	// part's cap, or not an integer for an Integer part. The server set it (an auth step),
+	// the request did not send it, so it is not an input error (see IsInputError): a 400
+	// would blame a client that can do nothing about it.
+	ErrContextValue = errors.New("keyfunc: unusable context value")
 	// ErrTooLong: a value is longer than its part's hard cap (see Part.MaxLen).
 	ErrTooLong = errors.New("keyfunc: value too long")
 	// ErrBodyTooLarge: returned (wrapped) by Source.Body when the body exceeds the adapter's cap.
@@ -33,9 +39,9 @@ var (
 // IsInputError reports whether err, from Func.Key, is the fault of the request or task
 // itself: it wraps ErrMissing, ErrInvalid, ErrTooLong, ErrMalformedBody or ErrBodyTooLarge,
 // so the same input fails the same way again. Anything else (the error of a From function, a
-// body that could not be read, a context value of a type ContextValue cannot read) is the
-// server's or may pass on a retry. An HTTP adapter answers the first kind
-// with 400 (413 for ErrBodyTooLarge) and the other with a server error; a task adapter
+// body that could not be read, a context value ContextValue cannot use: ErrUnsupportedType,
+// ErrContextValue) is the server's or may pass on a retry. An HTTP adapter answers the first
+// kind with 400 (413 for ErrBodyTooLarge) and the other with a server error; a task adapter
 // archives the first kind and retries the other.
 func IsInputError(err error) bool {
 	for _, s := range [...]error{ErrMissing, ErrInvalid, ErrTooLong, ErrMalformedBody, ErrBodyTooLarge} {

@@ -156,7 +156,8 @@ func (f *Func) String() string {
 // Key derives the key for src. The same input always gives the same key, at most the
 // WithMaxKeyLen bound long, never containing '{', '}', whitespace or non-ASCII bytes.
 // Errors are *PartError values wrapping ErrMissing, ErrInvalid, ErrTooLong,
-// ErrMalformedBody, the error of Source.Body (ErrBodyTooLarge) or of a From function;
+// ErrMalformedBody, ErrUnsupportedType, ErrContextValue, the error of Source.Body
+// (ErrBodyTooLarge) or of a From function;
 // a nil Source or a Func not built by Join or Template gives a plain error.
 func (f *Func) Key(src Source) (string, error) {
 	switch {
@@ -207,14 +208,25 @@ func (f *Func) render(dst []byte, e *eval, p Part) ([]byte, error) {
 		return dst, &PartError{Part: p.name, Err: ErrMissing}
 	}
 	if limit := f.maxLen(p); limit > 0 && len(v) > limit {
-		return dst, &PartError{Part: p.name, Err: fmt.Errorf("%w: %d bytes, limit %d", ErrTooLong, len(v), limit)}
+		return dst, p.unusable(ErrTooLong, fmt.Sprintf("%d bytes, limit %d", len(v), limit))
 	}
 	if p.integer {
-		if v, err = canonicalInteger(v); err != nil {
-			return dst, &PartError{Part: p.name, Err: err}
+		var ok bool
+		if v, ok = canonicalInteger(v); !ok {
+			return dst, p.unusable(ErrInvalid, "not a base-10 integer")
 		}
 	}
 	return appendValue(dst, v, f.hashAbove(p)), nil
+}
+
+// unusable is the error of a value p cannot use: kind (ErrTooLong, ErrInvalid) when the
+// request or task gave the value, ErrContextValue when the server did. The client did not
+// send a context value, so an adapter must not answer it with a 400 or archive the task.
+func (p Part) unusable(kind error, detail string) *PartError {
+	if p.server {
+		kind = ErrContextValue
+	}
+	return &PartError{Part: p.name, Err: fmt.Errorf("%w: %s", kind, detail)}
 }
 
 func (f *Func) maxLen(p Part) int {

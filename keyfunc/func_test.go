@@ -244,6 +244,8 @@ func TestIsInputError(t *testing.T) {
 		{"malformed body", ErrMalformedBody, true},
 		{"invalid", ErrInvalid, true},
 		{"template", ErrTemplate, false},
+		{"unsupported context value", ErrUnsupportedType, false},
+		{"unusable context value", &PartError{Part: "user", Err: ErrContextValue}, false},
 		{"nil", nil, false},
 	} {
 		if got := IsInputError(tc.err); got != tc.want {

@@ -2,8 +2,11 @@ package keyfunc
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzKey feeds arbitrary request data through key functions using every part kind and
@@ -69,4 +72,47 @@ func FuzzKey(f *testing.F) {
 			t.Fatalf("param %q and query %q swap to the same key %q", param, query, key)
 		}
 	})
+}
+
+// FuzzParseJSON checks that parseJSON, which builds a valid body with walkJSON, gives exactly
+// what the json.Decoder path (decodeJSON) gives: the same tree, or the same error.
+func FuzzParseJSON(f *testing.F) {
+	for _, body := range jsonSamples {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got, err := parseJSON(body)
+		if !utf8.Valid(body) || checkDepth(body, MaxJSONDepth) != nil {
+			return
+		}
+		want, wantErr := decodeJSON(body)
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: parseJSON = %#v, %v; the decoder gives %#v, %v", body, got, err, want, wantErr)
+		}
+	})
+}
+
+// jsonSamples seed FuzzParseJSON and TestWalkJSONAgreesWithDecoder.
+var jsonSamples = []string{
+	`{}`, `[]`, ` { } `, "\t[ ]\r\n", `0`, `-0`, `1e2`, `-1.5E-3`, `"x"`, `""`, `true`, `false`, `null`,
+	`{"a":1,"b":[true,false,null,"s",-2.5e+3,{}],"c":{"d":{"e":[[]]}}}`,
+	` { "a" : [ 1 , 2 ] , "b" : { } , "c" : "" } `,
+	`{"order":{"id":"A-17","amount":1250,"items":[{"sku":"s1","qty":2}]}}`,
+	`{"esc":"\"\\\/\b\f\n\r\t\u0000\u001f\u0041\u00e9\u20ac\ud83d\ude00\ufffd"}`,
+	`{"\u0061":1,"b\n":2,"é":"ü","😀":"\uD83D\uDE00"}`,
+	`{"a":"x\\"}`, `["\\\\", "\\u0041", "a\"b"]`,
+	`{"a":1,"a":2}`, `{"a":{},"b":{"c":1,"c":2}}`, `{"a":1,"\u0061":2}`, `{"A":1,"a":2}`,
+	`{"a":"\ud800"}`, `{"\udfff":1}`, `["\ud83d\n"]`, `"\ud800\u0041"`, `{"a":1,"a":"\ud800"}`, `{"\ud800":1,"\ud800":2}`,
+	`{"a":`, `{"a":1}}`, `{"a":01}`, `[1,]`, `{"a" 1}`, `nul`, `"abc`, `{"a":"\x"}`, `{"a":1,"a":2,`, `{"a":"\ud800",`,
+	`{"a":1} {}`, `1 2`, "{\"a\":\"\t\"}", `[1e]`, `{"a":-}`, `[.5]`,
+}
+
+func TestWalkJSONAgreesWithDecoder(t *testing.T) {
+	for _, body := range jsonSamples {
+		got, err := parseJSON([]byte(body))
+		want, wantErr := decodeJSON([]byte(body))
+		if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: parseJSON = %#v, %v; the decoder gives %#v, %v", body, got, err, want, wantErr)
+		}
+	}
 }

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
-	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -18,13 +17,11 @@ import (
 // raw bytes). It keeps decoding and canonical re-encoding cheap and their recursion shallow.
 const MaxJSONDepth = 64
 
-// maxExponentDigits bounds a JSON number's exponent so canonical forms stay computable.
-const maxExponentDigits = 9
-
 // parseJSON decodes one JSON value with exact numbers (json.Number), after checking depth.
 // An object with a member name twice is refused with ErrInvalid: encoding/json gives a
 // handler the last scalar, but merges repeated objects into a struct field and replaces them
-// in a map, so no key could be sure to name what the handler acts on.
+// in a map, so no key could be sure to name what the handler acts on. So is a string (value
+// or member name) holding an unpaired UTF-16 surrogate escape, see loneSurrogateError.
 func parseJSON(body []byte) (any, error) {
 	// encoding/json turns invalid UTF-8 into U+FFFD, which would give "\xff" and "\xfe" one
 	// key; such a body is not JSON (RFC 8259 requires UTF-8), so it is refused.
@@ -34,17 +31,30 @@ func parseJSON(body []byte) (any, error) {
 	if err := checkDepth(body, MaxJSONDepth); err != nil {
 		return nil, err
 	}
+	// encoding/json's own scanner decides what is JSON, without allocating; a valid body is
+	// built by walkJSON, and the decoder, which knows where a body goes wrong, explains the rest.
+	if json.Valid(body) {
+		return walkJSON(body)
+	}
+	return decodeJSON(body)
+}
+
+// decodeJSON is parseJSON through a json.Decoder, after the UTF-8 and depth checks: the tree
+// walkJSON gives for a valid body, and for any other the error that tells what is wrong and
+// at which byte.
+func decodeJSON(body []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	v, err := decodeValue(dec)
+	v, err := decodeValue(dec, body)
 	if err != nil {
 		// The decoder's message quotes the offending byte: only its offset is told.
 		var (
 			syntax *json.SyntaxError
 			dup    *repeatedMemberError
+			lone   *loneSurrogateError
 		)
 		switch {
-		case errors.As(err, &dup):
+		case errors.As(err, &dup), errors.As(err, &lone):
 			return nil, err
 		case errors.As(err, &syntax):
 			return nil, fmt.Errorf("%w: invalid JSON at byte %d", ErrMalformedBody, syntax.Offset)
@@ -68,10 +78,25 @@ func (e *repeatedMemberError) Error() string {
 
 func (e *repeatedMemberError) Is(target error) bool { return target == ErrInvalid }
 
+// loneSurrogateError is a JSON string holding a \u escape of a UTF-16 surrogate that is not
+// half of a pair ("\ud800" alone, or a low "\udfff" first). encoding/json reads it as
+// U+FFFD, so "\ud800", "\udfff" and "\ufffd" would give one key and one body hash, and two
+// requests a handler may tell apart would share a lock. RFC 8259 leaves such strings'
+// meaning unpredictable and I-JSON (RFC 7493) forbids them; the body is refused. It matches
+// ErrInvalid; like every body error it tells the offset, never the bytes.
+type loneSurrogateError struct{ offset int64 }
+
+func (e *loneSurrogateError) Error() string {
+	return fmt.Sprintf("keyfunc: invalid value: JSON string with an unpaired UTF-16 surrogate escape at byte %d", e.offset)
+}
+
+func (e *loneSurrogateError) Is(target error) bool { return target == ErrInvalid }
+
 // decodeValue reads the next JSON value token by token into the types json.Decoder.Decode
-// gives an any (with UseNumber), refusing repeated object members.
-func decodeValue(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
+// gives an any (with UseNumber), refusing repeated object members and lone surrogates. body
+// is what dec reads, to look at a string token's escapes.
+func decodeValue(dec *json.Decoder, body []byte) (any, error) {
+	tok, err := stringChecked(dec, body)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +104,7 @@ func decodeValue(dec *json.Decoder) (any, error) {
 	case json.Delim('{'):
 		obj := map[string]any{}
 		for dec.More() {
-			name, err := dec.Token()
+			name, err := stringChecked(dec, body)
 			if err != nil {
 				return nil, err
 			}
@@ -87,7 +112,7 @@ func decodeValue(dec *json.Decoder) (any, error) {
 			if _, dup := obj[k]; dup {
 				return nil, &repeatedMemberError{offset: dec.InputOffset()}
 			}
-			if obj[k], err = decodeValue(dec); err != nil {
+			if obj[k], err = decodeValue(dec, body); err != nil {
 				return nil, err
 			}
 		}
@@ -96,7 +121,7 @@ func decodeValue(dec *json.Decoder) (any, error) {
 	case json.Delim('['):
 		arr := []any{}
 		for dec.More() {
-			el, err := decodeValue(dec)
+			el, err := decodeValue(dec, body)
 			if err != nil {
 				return nil, err
 			}
@@ -106,6 +131,70 @@ func decodeValue(dec *json.Decoder) (any, error) {
 		return arr, err
 	}
 	return tok, nil // string, json.Number, bool or nil
+}
+
+// stringChecked is dec.Token, refusing a string token with a lone surrogate escape. The
+// decoded text hides it (it holds U+FFFD, as for a "\ufffd" escape or the character
+// itself), so the token's bytes in body are read again, only for a string holding U+FFFD.
+func stringChecked(dec *json.Decoder, body []byte) (json.Token, error) {
+	start := dec.InputOffset()
+	tok, err := dec.Token()
+	if s, ok := tok.(string); ok && err == nil && strings.ContainsRune(s, utf8.RuneError) {
+		if i := loneSurrogate(body[start:dec.InputOffset()]); i >= 0 {
+			return nil, &loneSurrogateError{offset: start + int64(i)}
+		}
+	}
+	return tok, err
+}
+
+// loneSurrogate returns the index in raw (JSON text: string literals, whitespace and
+// separators) of the first \u escape of a UTF-16 surrogate that does not pair with the next
+// escape as encoding/json pairs them (a high surrogate directly followed by a low one), or -1.
+func loneSurrogate(raw []byte) int {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' || i+1 == len(raw) {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++ // a two-byte escape: its second byte may be a backslash
+			continue
+		}
+		r := hex4(raw[i+2:])
+		switch {
+		case r < 0 || !utf16.IsSurrogate(r):
+			i += 5
+		case r < 0xdc00 && i+7 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' && isLowSurrogate(hex4(raw[i+8:])):
+			i += 11 // a pair
+		default:
+			return i
+		}
+	}
+	return -1
+}
+
+func isLowSurrogate(r rune) bool { return r >= 0xdc00 && r <= 0xdfff }
+
+// hex4 is the value of the four hex digits that start b, or -1.
+func hex4[T string | []byte](b T) rune {
+	if len(b) < 4 {
+		return -1
+	}
+	var r rune
+	for i := range 4 {
+		c := b[i]
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // checkDepth scans body for object/array nesting deeper than limit, skipping strings.
@@ -194,162 +283,4 @@ func arrayIndex(seg string) (int, bool) {
 	}
 	i, err := strconv.Atoi(seg)
 	return i, err == nil
-}
-
-// jsonText renders a decoded JSON value as a key value.
-func jsonText(v any) (string, error) {
-	switch x := v.(type) {
-	case string:
-		return x, nil
-	case json.Number:
-		return canonicalNumber(string(x))
-	case bool:
-		return strconv.FormatBool(x), nil
-	}
-	b, err := appendCanonical(nil, v)
-	return string(b), err
-}
-
-// appendCanonical appends v as compact JSON with object members sorted by key and numbers
-// in canonical form. Recursion depth is bounded by MaxJSONDepth (checked on parse).
-func appendCanonical(dst []byte, v any) ([]byte, error) {
-	switch x := v.(type) {
-	case nil:
-		return append(dst, "null"...), nil
-	case bool:
-		return strconv.AppendBool(dst, x), nil
-	case string:
-		return appendJSONString(dst, x), nil
-	case json.Number:
-		n, err := canonicalNumber(string(x))
-		return append(dst, n...), err
-	case []any:
-		dst = append(dst, '[')
-		for i, el := range x {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			var err error
-			if dst, err = appendCanonical(dst, el); err != nil {
-				return dst, err
-			}
-		}
-		return append(dst, ']'), nil
-	case map[string]any:
-		dst = append(dst, '{')
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		// Members whose names differ only in case fill one struct field, the last one in the
-		// body winning: sorting them would hide which one that is.
-		if foldDuplicate(keys) {
-			return dst, fmt.Errorf("%w: object members whose names differ only in case", ErrInvalid)
-		}
-		slices.Sort(keys)
-		for i, k := range keys {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = append(appendJSONString(dst, k), ':')
-			var err error
-			if dst, err = appendCanonical(dst, x[k]); err != nil {
-				return dst, err
-			}
-		}
-		return append(dst, '}'), nil
-	}
-	return dst, fmt.Errorf("%w: unexpected JSON value %T", ErrInvalid, v)
-}
-
-// foldDuplicate reports whether two of keys are equal when case is ignored (strings.EqualFold).
-func foldDuplicate(keys []string) bool {
-	if len(keys) < 2 {
-		return false
-	}
-	seen := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		f := foldKey(k)
-		if seen[f] {
-			return true
-		}
-		seen[f] = true
-	}
-	return false
-}
-
-// foldKey maps each rune of s to the least rune of its simple case folding orbit, so that
-// foldKey(a) == foldKey(b) exactly when strings.EqualFold(a, b).
-func foldKey(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for _, r := range s {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		b.WriteRune(least)
-	}
-	return b.String()
-}
-
-func appendJSONString(dst []byte, s string) []byte {
-	b, _ := json.Marshal(s) // a string always marshals
-	return append(dst, b...)
-}
-
-// canonicalNumber rewrites a JSON number literal so that equal values give equal text:
-// the value sign·D·10^E (D without leading or trailing zeros) is written as a plain
-// integer ("100") or decimal ("0.005") when that takes at most 64 digits, and as D"e"E
-// ("15e-100") otherwise; zero is "0". The three shapes are told apart by '.' and 'e', so
-// different values never share a text.
-func canonicalNumber(lit string) (string, error) {
-	s, neg := strings.CutPrefix(lit, "-")
-	mant, expPart, hasExp := strings.Cut(strings.ToLower(s), "e")
-	intPart, frac, _ := strings.Cut(mant, ".")
-	exp := 0
-	if hasExp {
-		expNeg := strings.HasPrefix(expPart, "-")
-		digits := strings.TrimLeft(strings.TrimLeft(expPart, "+-"), "0")
-		if len(digits) > maxExponentDigits {
-			return "", fmt.Errorf("%w: number with an exponent out of range", ErrInvalid)
-		}
-		if digits != "" {
-			n, err := strconv.Atoi(digits)
-			if err != nil {
-				return "", fmt.Errorf("%w: number with a malformed exponent", ErrInvalid)
-			}
-			exp = n
-		}
-		if expNeg {
-			exp = -exp
-		}
-	}
-	d := strings.TrimLeft(intPart+frac, "0")
-	exp -= len(frac)
-	if d == "" {
-		return "0", nil
-	}
-	trimmed := strings.TrimRight(d, "0")
-	exp += len(d) - len(trimmed)
-	d = trimmed
-
-	var out string
-	const plainDigits = 64
-	switch {
-	case exp >= 0 && len(d)+exp <= plainDigits:
-		out = d + strings.Repeat("0", exp)
-	case exp < 0 && -exp <= plainDigits:
-		if point := len(d) + exp; point > 0 {
-			out = d[:point] + "." + d[point:]
-		} else {
-			out = "0." + strings.Repeat("0", -point) + d
-		}
-	default:
-		out = d + "e" + strconv.Itoa(exp)
-	}
-	if neg {
-		out = "-" + out
-	}
-	return out, nil
 }

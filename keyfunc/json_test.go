@@ -19,6 +19,10 @@ func TestCanonicalNumber(t *testing.T) {
 		{"1.5e-70", "15e-71"}, {"-2e100", "-2e100"},
 		{"1" + strings.Repeat("0", 70), "1e70"},
 		{"9007199254740993", "9007199254740993"},
+		{"1250", "1250"}, {"-1250", "-1250"}, {"7", "7"},
+		{"1" + strings.Repeat("0", 63), "1" + strings.Repeat("0", 63)},
+		{"1" + strings.Repeat("0", 64), "1e64"}, {"-1" + strings.Repeat("0", 64), "-1e64"},
+		{strings.Repeat("9", 65), strings.Repeat("9", 65) + "e0"},
 	}
 	for _, tt := range tests {
 		got, err := canonicalNumber(tt.in)
@@ -213,6 +217,146 @@ func TestCanonicalRefusesCaseVariantMembers(t *testing.T) {
 	for _, pair := range [][2]string{{"a", "A"}, {"k", "\u212a"}, {"s", "\u017f"}, {"ß", "ẞ"}, {"ab", "aB"}, {"a", "b"}, {"é", "É"}, {"Σ", "ς"}} {
 		if got, want := foldKey(pair[0]) == foldKey(pair[1]), strings.EqualFold(pair[0], pair[1]); got != want {
 			t.Errorf("foldKey(%q) == foldKey(%q) is %v, strings.EqualFold says %v", pair[0], pair[1], got, want)
+		}
+	}
+}
+
+// The common path of a JSON key: a small body and one or two selected fields, and the
+// canonical body behind BodyHash (ginlock's replay fingerprint).
+func BenchmarkJSON(b *testing.B) {
+	body := []byte(`{"order":{"id":"A-17","amount":1250,"currency":"EUR","items":[{"sku":"s1","qty":2}]},"note":"gift"}`)
+	for _, bc := range []struct {
+		name string
+		f    *Func
+	}{
+		{"OneField", Join(JSON("order.id"))},
+		{"TwoFields", Join(JSON("order.id"), JSON("order.amount"))},
+		{"BodyHash", Join(BodyHash())},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			src := &MapSource{Payload: body}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.f.Key(src); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// encoding/json reads a \u escape of a UTF-16 surrogate that is not half of a pair as U+FFFD,
+// so "\ud800", "\udfff" and "\ufffd" would be one value: one lock and one body hash for
+// requests a handler may tell apart. Such strings are refused with ErrInvalid wherever they
+// are (value, member name, array element, top-level string); a pair still reads as its
+// character, and U+FFFD itself, escaped or not, is text like any other.
+func TestLoneSurrogate(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		part       Part
+	}{
+		{"high alone", `{"note":"\ud800"}`, JSON("note")},
+		{"low alone", `{"note":"\udfff"}`, JSON("note")},
+		{"inside text", `{"note":"a\uDBFFb"}`, JSON("note")},
+		{"high then high", `{"note":"\ud800\ud800\udc00"}`, JSON("note")},
+		{"low then high", `{"note":"\udc00\ud800"}`, JSON("note")},
+		{"high then another escape", `{"note":"\ud800\u0041"}`, JSON("note")},
+		{"high at the end of a pair's place", `{"note":"\ud83d\n"}`, JSON("note")},
+		{"after an escaped backslash", `{"note":"\\\ud800"}`, JSON("note")},
+		{"array element", `{"items":["ok","\udfff"]}`, JSON("items")},
+		{"member name", `{"id":"1","\ud800":2}`, JSON("id")},
+		{"elsewhere in the body", `{"id":"1","note":"\ud800"}`, JSON("id")},
+		{"task payload field", `{"account_id":"\udfff"}`, JSON("account_id").Integer()},
+		{"top-level string", `"\ud800"`, JSON("")},
+		{"top-level string, optional", `"\ud800"`, JSON("").Optional()},
+		{"optional field", `{"note":"\ud800"}`, JSON("note").Optional()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, err := Join(tc.part.Named("field")).Key(&MapSource{Payload: []byte(tc.body)})
+			var pe *PartError
+			if !errors.Is(err, ErrInvalid) || !IsInputError(err) || !errors.As(err, &pe) || pe.Part != "field" {
+				t.Fatalf("Key of %s = %q, %v; want a *PartError for field matching ErrInvalid", tc.body, k, err)
+			}
+			if msg := err.Error(); !strings.Contains(msg, `part "field"`) || !strings.Contains(msg, "surrogate") || strings.Contains(msg, `\ud`) {
+				t.Errorf("message %q: want it to name the part and the surrogate, not quote the body", msg)
+			}
+		})
+	}
+	key := func(body string) string {
+		t.Helper()
+		k, err := Join(JSON("note")).Key(&MapSource{Payload: []byte(body)})
+		if err != nil {
+			t.Fatalf("Key of %s: %v", body, err)
+		}
+		return k
+	}
+	for _, same := range [][2]string{
+		{`{"note":"\ud83d\ude00"}`, `{"note":"😀"}`},
+		{`{"note":"\uD83D\uDE00"}`, `{"note":"😀"}`},
+		{`{"note":"\ufffd"}`, "{\"note\":\"\uFFFD\"}"},
+		{`{"note":"\ud800\udc00"}`, "{\"note\":\"\U00010000\"}"},
+	} {
+		if a, b := key(same[0]), key(same[1]); a != b {
+			t.Errorf("%s and %s are one text but give %q and %q", same[0], same[1], a, b)
+		}
+	}
+	if k := key(`{"note":"\\ud800"}`); k != "%5Cud800" { // a backslash, then text
+		t.Errorf(`escaped backslash then "ud800": key %q`, k)
+	}
+	// BodyHash (ginlock's fingerprint) tells the three apart: the refused ones are hashed raw.
+	seen := map[string]string{}
+	for _, body := range []string{`{"a":"\ud800"}`, `{"a":"\udfff"}`, `{"a":"\ufffd"}`} {
+		h, err := Join(BodyHash()).Key(&MapSource{Payload: []byte(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other, dup := seen[h]; dup {
+			t.Errorf("bodies %s and %s share the body hash %q", other, body, h)
+		}
+		seen[h] = body
+	}
+}
+
+// loneSurrogate finds exactly the escapes encoding/json turns into U+FFFD: over every
+// sequence of up to four pieces, a string is refused when, and only when, it decodes to more
+// U+FFFD than its "\ufffd" escapes and U+FFFD characters account for.
+func TestLoneSurrogateAgreesWithEncodingJSON(t *testing.T) {
+	pieces := []string{`\ud800`, `\uDBFF`, `\udc00`, `\uDFFF`, `\ud83d`, `\ude00`, `\ufffd`, "\uFFFD", `\u0041`, `\\`, `\n`, `x`}
+	var walk func(lit string, fffd, depth int)
+	walk = func(lit string, fffd, depth int) {
+		var s string
+		if err := json.Unmarshal([]byte(`"`+lit+`"`), &s); err != nil {
+			t.Fatalf("%s: %v", lit, err)
+		}
+		lone := strings.Count(s, "\uFFFD") > fffd
+		if got := loneSurrogate([]byte(`"`+lit+`"`)) >= 0; got != lone {
+			t.Fatalf("%s decodes to %+q: loneSurrogate says %v, want %v", lit, s, got, lone)
+		}
+		if depth == 4 {
+			return
+		}
+		for _, p := range pieces {
+			n := fffd
+			if p == `\ufffd` || p == "\uFFFD" {
+				n++
+			}
+			walk(lit+p, n, depth+1)
+		}
+	}
+	walk("", 0, 0)
+}
+
+// The canonical body is hashed, so its strings must stay byte for byte what json.Marshal
+// writes, HTML-safe escapes included, on the fast path for plain ASCII as on the other.
+func TestAppendJSONStringMatchesMarshal(t *testing.T) {
+	texts := []string{"", "plain", "A-17", "with space", "é", "\u2028", "\u2029", "\uFFFD", "😀", "a\x7fb"}
+	for c := range 0x80 {
+		texts = append(texts, string(rune(c)), "x"+string(rune(c))+"y")
+	}
+	for _, s := range texts {
+		want, _ := json.Marshal(s)
+		if got := appendJSONString([]byte("pre"), s); string(got) != "pre"+string(want) {
+			t.Errorf("appendJSONString(%+q) = %s, json.Marshal gives %s", s, got[3:], want)
 		}
 	}
 }

@@ -40,6 +40,7 @@ type Part struct {
 	idem      bool
 	integer   bool   // Integer: the value is a base-10 integer, rendered canonically
 	param     string // the path parameter a Param part reads
+	server    bool   // the server set the value (ContextValue): unusable is ErrContextValue
 }
 
 // getter returns a part's raw value and whether it is present.
@@ -91,23 +92,23 @@ func (p Part) MaxLen(n int) Part {
 // an identifier kept as text ("042" and "42" are then two accounts, and must be two locks).
 func (p Part) Integer() Part { p.integer = true; return p }
 
-// canonicalInteger is v, a base-10 integer, in canonical form, or ErrInvalid.
-func canonicalInteger(v string) (string, error) {
+// canonicalInteger is v, a base-10 integer, in canonical form; false when v is not one.
+func canonicalInteger(v string) (string, bool) {
 	digits, neg := strings.CutPrefix(v, "-")
 	if !neg {
 		digits = strings.TrimPrefix(digits, "+")
 	}
 	if digits == "" || strings.TrimLeft(digits, "0123456789") != "" {
-		return "", fmt.Errorf("%w: not a base-10 integer", ErrInvalid)
+		return "", false
 	}
 	digits = strings.TrimLeft(digits, "0")
 	switch {
 	case digits == "":
-		return "0", nil
+		return "0", true
 	case neg:
-		return "-" + digits, nil
+		return "-" + digits, true
 	}
-	return digits, nil
+	return digits, true
 }
 
 // HashAbove returns p with its values hashed when their escaped form is longer than n bytes
@@ -197,7 +198,8 @@ func notBlank(v string) bool { return strings.Trim(v, " \t") != "" }
 // Key call, however many parts use it.
 // Errors: ErrMalformedBody (invalid JSON, nesting deeper than MaxJSONDepth), ErrInvalid
 // (a number's exponent is out of range; two members whose names differ only in case match
-// one segment). Cap: DefaultMaxBodyLen.
+// one segment; a member repeated, or a string escaping an unpaired UTF-16 surrogate, which
+// encoding/json reads as U+FFFD, anywhere in the body). Cap: DefaultMaxBodyLen.
 func JSON(path string) Part {
 	segs := splitPath(path)
 	return newPart(path, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
@@ -289,7 +291,9 @@ func formBodyValue(e *eval, name string) (string, bool, error) {
 // ContextValue is the value stored in the Source's context under key, typically the user or
 // tenant id put there by auth middleware. Accepted: string, fmt.Stringer and integer types
 // (and types based on them); anything else is ErrUnsupportedType, a server-side mistake that
-// IsInputError does not count as the request's. nil is absent, and so is text that
+// IsInputError does not count as the request's. A value over the cap (or not an integer for
+// an Integer part) is the server's too: ErrContextValue, not ErrTooLong or ErrInvalid, which
+// would blame the request. nil is absent, and so is text that
 // is empty or only spaces and tabs (an auth step that stored "" for a request without a
 // user): a required user part then fails with ErrMissing, rather than putting every
 // anonymous caller in one shared scope. Cap: DefaultMaxLen.
@@ -305,13 +309,15 @@ func ContextValue(key any) Part {
 	case fmt.Stringer:
 		name = k.String()
 	}
-	return newPart(name, DefaultMaxLen, func(e *eval) (string, bool, error) {
+	p := newPart(name, DefaultMaxLen, func(e *eval) (string, bool, error) {
 		ctx := e.src.Context()
 		if ctx == nil {
 			return "", false, nil
 		}
 		return contextText(ctx, key)
 	})
+	p.server = true
+	return p
 }
 
 func contextText(ctx context.Context, key any) (string, bool, error) {
@@ -374,7 +380,8 @@ func Const(s string) Part {
 }
 
 // BodyHash is a SHA-256 of the canonical body: JSON re-encoded with sorted keys and
-// canonical numbers when the body is valid JSON (within MaxJSONDepth); a multipart/form-data
+// canonical numbers when the body is valid JSON that JSON parts accept (within MaxJSONDepth,
+// no repeated member, no unpaired surrogate escape); a multipart/form-data
 // body (as the Content-Type header names it) by its parts, in order, without the boundary a
 // client picks anew each time it encodes the form; the raw bytes otherwise; 43 base64url
 // characters. Use it to catch the same payload submitted twice

@@ -348,3 +348,54 @@ func TestInteger(t *testing.T) {
 		t.Errorf("a %d-byte value over a 10-byte cap: %v, want ErrTooLong", len(long), err)
 	}
 }
+
+// A context value the server set (an auth step's user) that the part cannot use, over its cap
+// or not an integer for an Integer part, is the server's fault: ErrContextValue, not the
+// ErrTooLong or ErrInvalid that adapters answer with a 400 (ginlock) or archive (asynqlock).
+// The same values from the request stay input errors.
+func TestUnusableContextValueIsServerError(t *testing.T) {
+	long := strings.Repeat("u", DefaultMaxLen+1)
+	user := ContextValue(userKey{}).Named("user")
+	for _, tc := range []struct {
+		name string
+		f    *Func
+		v    any
+	}{
+		{"over the default cap", Join(user), long},
+		{"stringer over the default cap", Join(user), stringerID{long}},
+		{"over MaxLen", Join(user.MaxLen(8)), "user-12345"},
+		{"over WithMaxPartLen", Join(user).With(WithMaxPartLen(8)), "user-12345"},
+		{"scope over the cap", Join(Const("pay")).Scope(user), long},
+		{"not an integer", Join(user.Integer()), "alice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.f.Key(&MapSource{Ctx: ctxWith(tc.v)})
+			var pe *PartError
+			if !errors.Is(err, ErrContextValue) || !errors.As(err, &pe) || pe.Part != "user" {
+				t.Fatalf("err = %v, want a *PartError for user matching ErrContextValue", err)
+			}
+			if IsInputError(err) || errors.Is(err, ErrTooLong) || errors.Is(err, ErrInvalid) {
+				t.Errorf("err = %v is counted as the request's fault (IsInputError %v)", err, IsInputError(err))
+			}
+			if strings.Contains(err.Error(), "user-12345") || strings.Contains(err.Error(), "uuuu") || strings.Contains(err.Error(), "alice") {
+				t.Errorf("err = %v quotes the value", err)
+			}
+		})
+	}
+	// At the cap, and a valid integer, the value is used.
+	if _, err := Join(user).Key(&MapSource{Ctx: ctxWith(long[1:])}); err != nil {
+		t.Errorf("value at the cap: %v", err)
+	}
+	if k, err := Join(user.Integer()).Key(&MapSource{Ctx: ctxWith("007")}); err != nil || k != "7" {
+		t.Errorf("integer user: %q, %v; want 7", k, err)
+	}
+	// The request's own values keep their input errors.
+	_, err := Join(Param("id")).Key(&MapSource{Params: map[string]string{"id": long}})
+	if !errors.Is(err, ErrTooLong) || !IsInputError(err) || errors.Is(err, ErrContextValue) {
+		t.Errorf("overlong param: %v, want the input error ErrTooLong", err)
+	}
+	_, err = Join(Header("X-User").Integer()).Key(&MapSource{Header: map[string]string{"X-User": "alice"}})
+	if !errors.Is(err, ErrInvalid) || !IsInputError(err) || errors.Is(err, ErrContextValue) {
+		t.Errorf("non-integer header: %v, want the input error ErrInvalid", err)
+	}
+}
