@@ -128,6 +128,24 @@ func TestUnsupportedUserTypeIsServerError(t *testing.T) {
 	}
 }
 
+// A user the auth step put in the context that is over the part cap (a token's subject
+// copied unchecked) is the server's problem too: 500, not a 400 that blames the client, and
+// the handler never runs.
+func TestOverlongUserIsServerError(t *testing.T) {
+	e := setup(t)
+	var runs atomic.Int32
+	r := router()
+	r.POST("/payments", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		runs.Add(1)
+		c.Status(http.StatusCreated)
+	})
+	user := strings.Repeat("u", keyfunc.DefaultMaxLen+1)
+	p := wantProblem(t, do(r, req{path: "/payments", user: user, key: idemKey(t)}), http.StatusInternalServerError)
+	if strings.Contains(p.Detail, "uuu") || p.Part != "" || runs.Load() != 0 {
+		t.Fatalf("500 problem %+v after %d handler runs; want a detail that says nothing of the value, no run", p, runs.Load())
+	}
+}
+
 // Where the request body cannot be had, the status says whose fault it is: over a cap that
 // an earlier middleware set (http.MaxBytesReader) is 413, a body cut short is 400, and a From
 // function that fails is the server's 500, logged, with nothing of its error in the answer.

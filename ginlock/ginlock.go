@@ -37,7 +37,8 @@ const retryAfter = "1"
 //     WithFailOpen the handler runs without a lock instead), or the dlock Client was closed
 //     (dlock.ErrClosed, never fail-open);
 //   - 500: a keyfunc.From function failed (logged; the answer says nothing of its error), a
-//     context value of a type keyfunc cannot read (keyfunc.ErrUnsupportedType), a path
+//     context value keyfunc cannot use (of a type it cannot read, keyfunc.ErrUnsupportedType;
+//     over its part cap or not the integer asked for, keyfunc.ErrContextValue), a path
 //     parameter the key needs and the matched route does not declare (ErrUndeclaredParam),
 //     a key dlock refuses (dlock.ErrInvalidKey) or an unreadable record (ErrBadRecord).
 //
