@@ -129,16 +129,23 @@ func (m *middleware) process(ctx context.Context, task *asynq.Task, next asynq.H
 	return m.finish(ctx, task, lk, herr, span)
 }
 
-// deadlineMargin is how long before the task's deadline a wait for the lock gives up (at most
-// a tenth of the time left), so that the middleware answers busy while asynq still listens:
-// a task whose context ends in the middleware is a failure with the deadline's error, its
-// retry spent and WithBusy ignored.
+// deadlineMargin is how long before the task's deadline a wait for the lock gives up (a
+// tenth of the time left when that is less, but never under minDeadlineMargin), so that the
+// middleware answers busy while asynq still listens: asynq fails a task whose context ends
+// before its handler returns with the deadline's error, its retry spent and WithBusy ignored.
 const deadlineMargin = 500 * time.Millisecond
 
+// minDeadlineMargin is the least margin, however little time is left. A wait does not end
+// the instant its bound passes: dlock then takes the waiter out of line and, when the store
+// has been quiet, probes it, a round trip or two that it bounds by 100 ms. A tenth of under
+// a second left is less than that, and the busy answer came after the deadline, too late for
+// asynq. A task with less time left than this does not wait: one look decides.
+const minDeadlineMargin = 300 * time.Millisecond
+
 // maxWait is how long a wait for the lock may last, from now: WithWait, but ending no later
-// than deadlineMargin before the task's deadline; 0 when there is no time to wait (then one
-// look decides). It reads the clock once, so a positive answer stays positive: a bound that
-// ran out between two reads would be WithMaxWait(0), no bound at all.
+// than the margin before the task's deadline; 0 when there is no time to wait (then one look
+// decides). It reads the clock once, so a positive answer stays positive: a bound that ran
+// out between two reads would be WithMaxWait(0), no bound at all.
 func (m *middleware) maxWait(ctx context.Context) time.Duration {
 	if m.cfg.wait <= 0 {
 		return 0
@@ -146,7 +153,7 @@ func (m *middleware) maxWait(ctx context.Context) time.Duration {
 	wait := m.cfg.wait
 	if d, ok := ctx.Deadline(); ok {
 		left := time.Until(d)
-		wait = min(wait, left-min(deadlineMargin, left/10))
+		wait = min(wait, left-min(deadlineMargin, max(minDeadlineMargin, left/10)))
 	}
 	return max(wait, 0)
 }
@@ -182,6 +189,12 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 		// retries under its normal policy. Dashboards see it apart from lock contention and
 		// from store failures.
 		return nil, OutcomeCanceled, fmt.Errorf("asynqlock: task %q not run: %w", task.Type(), context.Cause(ctx))
+	case errors.Is(err, context.Canceled) && !errors.Is(err, dlock.ErrUnavailable):
+		// A re-entry that raced the release of the hold it re-enters (the handler ended its
+		// hold while work it started re-entered with its context): dlock answers as the
+		// context will once that Release returns, which it has not yet. Nobody else holds
+		// the key, so it is not busy either.
+		return nil, OutcomeCanceled, fmt.Errorf("asynqlock: task %q not run: the lock hold it re-enters was released: %w", task.Type(), context.Canceled)
 	case errors.Is(err, dlock.ErrNotObtained):
 		locked := &ErrLocked{Key: key, RetryIn: m.cfg.retryIn}
 		if m.cfg.busy != nil {
@@ -212,7 +225,7 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 			m.log.DebugContext(ctx, "asynqlock: the handler ended its hold itself; no done marker added",
 				"task_type", task.Type(), "key_hash", keyHash)
 		}
-		span.end(OutcomeObtained, handlerFailure(herr))
+		span.end(OutcomeObtained, handlerFailure(span, herr))
 		return herr
 	}
 
@@ -239,7 +252,7 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 		return nil
 	}
 
-	spanErr := handlerFailure(herr) // what the span reports: a failure of the handler, then of the release
+	spanErr := handlerFailure(span, herr) // what the span reports: a failure of the handler, then of the release
 	if err := lk.Release(rctx); err != nil {
 		if errors.Is(err, dlock.ErrLockLost) {
 			// Lost before the watchdog noticed: the handler may not have run alone.
@@ -260,8 +273,16 @@ func (m *middleware) finish(ctx context.Context, task *asynq.Task, lk *dlock.Loc
 	return herr
 }
 
-// handlerFailure is herr when it is a failure the span reports (IsFailure), else nil.
-func handlerFailure(herr error) error {
+// handlerFailure is herr when it is a failure the span reports (IsFailure), else nil. With
+// asynq.RevokeTask the handler drops its task on purpose ("already done elsewhere"): asynq
+// neither retries nor archives it, so the span gets the asynqlock.revoked attribute, not an
+// error status. asynq.SkipRetry stays a failure: asynq archives the task as failed for good,
+// and the span covers the handler that gave up.
+func handlerFailure(span *taskSpan, herr error) error {
+	if errors.Is(herr, asynq.RevokeTask) {
+		span.revoked()
+		return nil
+	}
 	if herr != nil && IsFailure(herr) {
 		return herr
 	}

@@ -39,7 +39,9 @@
 // plain lock on the same key inside (docs/asynqlock.md, recipe 3).
 //
 // Each task gets an asynqlock.lock span (a child of the enqueuing request's span when the
-// task was made with NewTask), with the outcome and a hash of the key as attributes.
+// task was made with NewTask), with the outcome and a hash of the key as attributes. A
+// handler returning asynq.RevokeTask drops its task on purpose: its span is no error, and
+// says asynqlock.revoked; asynq.SkipRetry archives the task, a failure, and its span says so.
 //
 // Guarantees: two tasks (or a task and any other holder) with the same key never run their
 // locked sections at the same time while their leases hold; with a done marker, a task whose

@@ -49,10 +49,12 @@ func WithRetryIn(d time.Duration) Option {
 }
 
 // WithWait makes a task whose lock is busy queue for it for up to d (dlock's Acquire, served
-// in arrival order) before giving up as busy. The wait ends 500 ms (at most a tenth of the
-// time left) before the task's deadline, so that asynq gets the busy answer rather than its
-// own timeout, and it ends with the task's context. The first look at the lock gets at least
-// a second whatever d, so a short d never makes a free lock look busy.
+// in arrival order) before giving up as busy. The wait ends 500 ms before the task's deadline
+// (a tenth of the time left when that is less, but at least 300 ms: a task with less left
+// looks once and does not wait), so that asynq gets the busy answer rather than its own
+// timeout, and it ends with the task's context. The first look at the lock gets at least a
+// second whatever d (the task's deadline permitting), so a short d never makes a free lock
+// look busy.
 // Default 0: try once (TryAcquire) and report busy at once, freeing the worker.
 func WithWait(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.wait, c.waitSet = max(d, 0), true })

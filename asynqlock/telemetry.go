@@ -51,7 +51,7 @@ const (
 	OutcomeInvalid     = "invalid"     // no key could be derived; archived (asynq.SkipRetry)
 	OutcomeUnavailable = "unavailable" // Redis could not be reached; retried by asynq
 	OutcomeLost        = "lost"        // the lock was lost while the handler ran
-	OutcomeCanceled    = "canceled"    // the task's own context ended the wait for the lock; asynq retries it
+	OutcomeCanceled    = "canceled"    // the task's own context ended the wait for the lock (or the hold it re-entered was being released); asynq retries it
 	OutcomeError       = "error"       // another failure to lock (a From function's error, a closed Client)
 	OutcomePanicked    = "panicked"    // the key function or the handler panicked; asynq reports it
 )
@@ -144,6 +144,14 @@ func (s *taskSpan) waited(outcome string) {
 	}
 	if s.span.IsRecording() {
 		s.span.SetAttributes(attribute.Float64("asynqlock.wait_seconds", waited))
+	}
+}
+
+// revoked notes that the task returns asynq.RevokeTask from its handler: asynq drops it, which
+// is no failure, so dashboards tell it apart by this attribute and not by an error status.
+func (s *taskSpan) revoked() {
+	if s.span.IsRecording() {
+		s.span.SetAttributes(attribute.Bool("asynqlock.revoked", true))
 	}
 }
 
