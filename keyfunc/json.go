@@ -41,32 +41,32 @@ func parseJSON(body []byte) (any, error) {
 
 // decodeJSON is parseJSON through a json.Decoder, after the UTF-8 and depth checks: the tree
 // walkJSON gives for a valid body, and for any other the error that tells what is wrong and
-// at which byte.
+// at which byte. A repeated member or a lone surrogate is reported only when the rest of the
+// body parses: a body that is not JSON at all ('"\ud800" is not JSON', a form) stays
+// ErrMalformedBody, which an optional part reads as absent, whatever its first string holds.
 func decodeJSON(body []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	v, err := decodeValue(dec, body)
-	if err != nil {
-		// The decoder's message quotes the offending byte: only its offset is told.
-		var (
-			syntax *json.SyntaxError
-			dup    *repeatedMemberError
-			lone   *loneSurrogateError
-		)
-		switch {
-		case errors.As(err, &dup), errors.As(err, &lone):
-			return nil, err
-		case errors.As(err, &syntax):
-			return nil, fmt.Errorf("%w: invalid JSON at byte %d", ErrMalformedBody, syntax.Offset)
-		case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-			return nil, fmt.Errorf("%w: JSON cut short", ErrMalformedBody)
+	d := &jsonDecoder{dec: dec, body: body}
+	v, err := d.value()
+	if err == nil {
+		if _, err := dec.Token(); err != io.EOF {
+			return nil, fmt.Errorf("%w: data after the JSON value", ErrMalformedBody)
 		}
-		return nil, fmt.Errorf("%w: invalid JSON", ErrMalformedBody)
+		if d.refused != nil {
+			return nil, d.refused
+		}
+		return v, nil
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("%w: data after the JSON value", ErrMalformedBody)
+	// The decoder's message quotes the offending byte: only its offset is told.
+	var syntax *json.SyntaxError
+	switch {
+	case errors.As(err, &syntax):
+		return nil, fmt.Errorf("%w: invalid JSON at byte %d", ErrMalformedBody, syntax.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("%w: JSON cut short", ErrMalformedBody)
 	}
-	return v, nil
+	return nil, fmt.Errorf("%w: invalid JSON", ErrMalformedBody)
 }
 
 // repeatedMemberError is an object with a member name twice; it matches ErrInvalid.
@@ -92,56 +92,63 @@ func (e *loneSurrogateError) Error() string {
 
 func (e *loneSurrogateError) Is(target error) bool { return target == ErrInvalid }
 
-// decodeValue reads the next JSON value token by token into the types json.Decoder.Decode
-// gives an any (with UseNumber), refusing repeated object members and lone surrogates. body
-// is what dec reads, to look at a string token's escapes.
-func decodeValue(dec *json.Decoder, body []byte) (any, error) {
-	tok, err := stringChecked(dec, body)
+// jsonDecoder reads body through dec token by token into the types json.Decoder.Decode gives
+// an any (with UseNumber). It notes the first repeated object member or lone surrogate in
+// refused and reads on, so that a body that goes wrong later is told as malformed.
+type jsonDecoder struct {
+	dec     *json.Decoder
+	body    []byte // what dec reads, to look at a string token's escapes
+	refused error  // the first repeatedMemberError or loneSurrogateError
+}
+
+// value reads the next JSON value.
+func (d *jsonDecoder) value() (any, error) {
+	tok, err := d.token()
 	if err != nil {
 		return nil, err
 	}
 	switch tok {
 	case json.Delim('{'):
 		obj := map[string]any{}
-		for dec.More() {
-			name, err := stringChecked(dec, body)
+		for d.dec.More() {
+			name, err := d.token()
 			if err != nil {
 				return nil, err
 			}
 			k, _ := name.(string) // the decoder only gives strings as member names
-			if _, dup := obj[k]; dup {
-				return nil, &repeatedMemberError{offset: dec.InputOffset()}
+			if _, dup := obj[k]; dup && d.refused == nil {
+				d.refused = &repeatedMemberError{offset: d.dec.InputOffset()}
 			}
-			if obj[k], err = decodeValue(dec, body); err != nil {
+			if obj[k], err = d.value(); err != nil {
 				return nil, err
 			}
 		}
-		_, err := dec.Token() // '}'
+		_, err := d.dec.Token() // '}'
 		return obj, err
 	case json.Delim('['):
 		arr := []any{}
-		for dec.More() {
-			el, err := decodeValue(dec, body)
+		for d.dec.More() {
+			el, err := d.value()
 			if err != nil {
 				return nil, err
 			}
 			arr = append(arr, el)
 		}
-		_, err := dec.Token() // ']'
+		_, err := d.dec.Token() // ']'
 		return arr, err
 	}
 	return tok, nil // string, json.Number, bool or nil
 }
 
-// stringChecked is dec.Token, refusing a string token with a lone surrogate escape. The
-// decoded text hides it (it holds U+FFFD, as for a "\ufffd" escape or the character
-// itself), so the token's bytes in body are read again, only for a string holding U+FFFD.
-func stringChecked(dec *json.Decoder, body []byte) (json.Token, error) {
-	start := dec.InputOffset()
-	tok, err := dec.Token()
-	if s, ok := tok.(string); ok && err == nil && strings.ContainsRune(s, utf8.RuneError) {
-		if i := loneSurrogate(body[start:dec.InputOffset()]); i >= 0 {
-			return nil, &loneSurrogateError{offset: start + int64(i)}
+// token is dec.Token, noting a string token with a lone surrogate escape. The decoded text
+// hides it (it holds U+FFFD, as for a "\ufffd" escape or the character itself), so the
+// token's bytes in body are read again, only for a string holding U+FFFD.
+func (d *jsonDecoder) token() (json.Token, error) {
+	start := d.dec.InputOffset()
+	tok, err := d.dec.Token()
+	if s, ok := tok.(string); ok && err == nil && d.refused == nil && strings.ContainsRune(s, utf8.RuneError) {
+		if i := loneSurrogate(d.body[start:d.dec.InputOffset()]); i >= 0 {
+			d.refused = &loneSurrogateError{offset: start + int64(i)}
 		}
 	}
 	return tok, err

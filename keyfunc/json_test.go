@@ -317,6 +317,25 @@ func TestLoneSurrogate(t *testing.T) {
 	}
 }
 
+// A body that is not JSON stays malformed whatever its first string holds: an optional
+// JSON part reads a form or text opening with a quoted lone surrogate as absent, as it reads
+// any other such body; and a body cut short, or going wrong after a repeated member, is
+// ErrMalformedBody, not the refusal of a body that parses.
+func TestRefusalsOnlyForBodiesThatParse(t *testing.T) {
+	for _, body := range []string{`"\ud800" is not JSON`, `"\udfff"x`, `"\ud800"&amount=5`} {
+		k, err := Join(JSON("id").Optional()).Key(&MapSource{Payload: []byte(body)})
+		if err != nil || k != missingMarker {
+			t.Errorf("optional JSON part of the non-JSON body %s: %q, %v; want %q (absent)", body, k, err, missingMarker)
+		}
+	}
+	for _, body := range []string{`{"a":"\ud800"`, `{"a":1,"a":2,`, `["\udfff",]`, `{"a":1,"a":2} x`} {
+		_, err := Join(JSON("a")).Key(&MapSource{Payload: []byte(body)})
+		if !errors.Is(err, ErrMalformedBody) || errors.Is(err, ErrInvalid) {
+			t.Errorf("body %s: %v; want ErrMalformedBody only", body, err)
+		}
+	}
+}
+
 // loneSurrogate finds exactly the escapes encoding/json turns into U+FFFD: over every
 // sequence of up to four pieces, a string is refused when, and only when, it decodes to more
 // U+FFFD than its "\ufffd" escapes and U+FFFD characters account for.

@@ -34,7 +34,7 @@ func (w *jsonWalker) skipSpace() {
 	}
 }
 
-// value reads the next value, as decodeValue gives it: map[string]any, []any, string,
+// value reads the next value, as jsonDecoder.value gives it: map[string]any, []any, string,
 // json.Number, bool or nil.
 func (w *jsonWalker) value() (any, error) {
 	w.skipSpace()
