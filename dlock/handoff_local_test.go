@@ -161,6 +161,9 @@ type replyLoser struct {
 	mu    sync.Mutex
 	match []byte
 	hits  atomic.Int32
+	// hold, when set as the reply is lost, keeps the connection's failure back until it is
+	// closed: what happens meanwhile comes between the command's run and go-redis's retry.
+	hold chan struct{}
 }
 
 func (f *replyLoser) arm(match string) {
@@ -182,12 +185,14 @@ type replyLoserConn struct {
 	net.Conn
 	f    *replyLoser
 	lose atomic.Bool
+	hold chan struct{} // see replyLoser.hold; set before lose
 }
 
 func (c *replyLoserConn) Write(p []byte) (int, error) {
 	c.f.mu.Lock()
 	if c.f.match != nil && bytes.HasPrefix(bytes.ToLower(p), c.f.match) {
 		c.f.match = nil
+		c.hold = c.f.hold
 		c.lose.Store(true)
 		c.f.hits.Add(1)
 	}
@@ -198,6 +203,9 @@ func (c *replyLoserConn) Write(p []byte) (int, error) {
 func (c *replyLoserConn) Read(p []byte) (int, error) {
 	if c.lose.Load() {
 		_, _ = c.Conn.Read(make([]byte, 64<<10)) // the reply: the command ran
+		if c.hold != nil {
+			<-c.hold
+		}
 		_ = c.Conn.Close()
 		return 0, io.EOF
 	}
@@ -240,5 +248,41 @@ func TestRetriedReleaseStillWakesOwnWaiter(t *testing.T) {
 			}
 			takeOver(t, ctx, got, lk)
 		})
+	}
+}
+
+// A release whose reply is lost is sent again by go-redis; before the retry comes, the lock,
+// handed to a waiter of another Client by the first run, was released by that waiter too.
+// The retry must still answer released: Release returns nil, as for any release that went
+// through. Before, r named only the last full release (the waiter's), and the retry answered
+// that the lock was lost.
+func TestRetriedReleaseAfterWaiterReleased(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	f := &replyLoser{}
+	c := newClient(t, srv.Client(t, func(o *redis.Options) { o.Dialer = f.dial }), dlock.WithRetryInterval(time.Hour))
+	other := newClient(t, rdb, dlock.WithRetryInterval(time.Hour))
+	ctx := testContext(t, 30*time.Second)
+	key := uniqueKey(t)
+	handOffOnce(t, ctx, rdb, c, other, key)
+	lk, got := queueBehind(t, ctx, rdb, c, other, key)
+
+	hold := make(chan struct{})
+	f.mu.Lock()
+	f.hold = hold
+	f.mu.Unlock()
+	f.arm(releaseCall)
+	released := make(chan error, 1)
+	go func() { released <- lk.Release(ctx) }()
+	// The first run handed the lock over: the waiter has it, and releases it.
+	if err := received(t, got).Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(hold) // the first run's reply is lost now: go-redis sends the release again
+	if err := <-released; err != nil {
+		t.Fatalf("release sent again after the lock went on and was released: %v, want nil", err)
+	}
+	if n := f.hits.Load(); n != 1 {
+		t.Fatalf("the reply of %d release calls was lost, want 1", n)
 	}
 }

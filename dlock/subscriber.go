@@ -51,13 +51,21 @@ type subscriber struct {
 }
 
 // chanState is one subscription of a channel on a connection: made by its SUBSCRIBE, ready
-// when Redis confirmed it, gone when the connection was lost.
+// when Redis confirmed it, gone when the connection was lost or the SUBSCRIBE failed.
 type chanState struct {
 	sub       *subOp // the subscribe that made this channel state
 	ready     chan struct{}
-	gone      chan struct{} // closed when the connection was lost: listen anew
+	gone      chan struct{} // closed (by lose) when no message will come: listen anew
 	listeners map[*chanListener]struct{}
 	linger    *time.Timer // set while the channel has no listener; ends the subscription
+}
+
+// lose tells the channel's listeners that its messages will not come (the connection was
+// lost, or the SUBSCRIBE failed): they listen anew. Called with the subscriber's mu held.
+func (cs *chanState) lose() {
+	if !isClosed(cs.gone) {
+		close(cs.gone)
+	}
 }
 
 // keep cancels a pending unsubscribe: the channel has a listener again.
@@ -77,8 +85,8 @@ func newSubscriber(rdb redis.UniversalClient, sharded bool) *subscriber {
 // process does not listen to it yet. It waits for that SUBSCRIBE to be sent (not confirmed:
 // the listener's Ready says when it is), or for ctx, or for sendWait: a send still under way
 // then (a slow dial) goes on, and the listener is returned, not ready, so that its waiter
-// looks at the lock meanwhile. If that send fails, the listener never gets ready: its waiter
-// finds a hand-off at its looks, every retry interval.
+// looks at the lock meanwhile. If that send fails, the listener never gets ready, and its
+// Gone is closed: its waiter listens anew.
 func (s *subscriber) listen(ctx context.Context, channel string, slot int, owner string) (listener, error) {
 	s.mu.Lock()
 	if s.closed {

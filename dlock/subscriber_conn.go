@@ -120,6 +120,7 @@ func (s *subscriber) send(conn *psConn) {
 			err = s.connected(conn, err)
 		} else if err != nil && op.cs != nil {
 			s.mu.Lock()
+			op.cs.lose() // for a listener listen returned before the send was over
 			conn.unsent(op.cs)
 			if conn.chans[op.channel] == op.cs {
 				delete(conn.chans, op.channel)
@@ -167,8 +168,8 @@ func (s *subscriber) sendOp(ctx context.Context, ps *redis.PubSub, op *subOp) er
 // sharded subscription's connection to the node that serves the first channel's slot, and to
 // a random node when there is none yet (the subscription then gets MOVED, and is never
 // confirmed). When the first subscribe failed, or the subscriber was closed meanwhile, the
-// connection is dropped, with every change queued behind it; the next listener makes a new
-// one. Returns the first subscribe's outcome.
+// connection is dropped, with every change queued behind it, and its channels are lost (see
+// lose); the next listener makes a new one. Returns the first subscribe's outcome.
 func (s *subscriber) connected(conn *psConn, err error) error {
 	s.mu.Lock()
 	if err == nil && !conn.dropped {
@@ -180,6 +181,9 @@ func (s *subscriber) connected(conn *psConn, err error) error {
 	}
 	if err == nil || s.closed {
 		err = ErrClosed // closed meanwhile: the dial was cancelled, or its connection is gone
+	}
+	for _, cs := range conn.chans {
+		cs.lose() // for the listeners listen returned before the send was over
 	}
 	s.dropLocked(conn)
 	queued := conn.queue
@@ -377,7 +381,7 @@ func (s *subscriber) lostLocked(conn *psConn) {
 	s.dropLocked(conn)
 	conn.dropErr = errSubscriptionLost
 	for _, cs := range lost {
-		close(cs.gone)
+		cs.lose()
 	}
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		cc.ReloadState(context.Background()) // in the background

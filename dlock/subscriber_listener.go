@@ -26,7 +26,8 @@ func (l *chanListener) C() <-chan notice { return l.c }
 // Ready is closed once Redis confirmed the channel's subscription.
 func (l *chanListener) Ready() <-chan struct{} { return l.cs.ready }
 
-// Gone is closed when the subscription's connection was lost: the wait listens anew.
+// Gone is closed when the subscription's connection was lost, or its SUBSCRIBE failed: the
+// wait listens anew.
 func (l *chanListener) Gone() <-chan struct{} { return l.cs.gone }
 
 // Unconfirmed drops the listener's connection as lost (see lostLocked) when its

@@ -22,6 +22,9 @@ type testNet struct {
 	delay func() time.Duration
 	// refuse makes every new dial fail at once, as a server at its connection limit does.
 	refuse bool
+	// cut, when set, is asked for every write (after stall); when it returns true, the
+	// connection breaks under the write: it is closed, and the write fails.
+	cut func(p []byte) bool
 }
 
 // refuseDials makes new dials fail from now on; connections made already go on working.
@@ -100,12 +103,16 @@ type testConn struct {
 
 func (c *testConn) Write(p []byte) (int, error) {
 	c.n.mu.Lock()
-	stall := c.n.stall
+	stall, cut := c.n.stall, c.n.cut
 	c.n.mu.Unlock()
 	if stall != nil {
 		if d := stall(p); d > 0 {
 			time.Sleep(d)
 		}
+	}
+	if cut != nil && cut(p) {
+		_ = c.Conn.Close()
+		return 0, errors.New("testnet: connection cut")
 	}
 	return c.Conn.Write(p)
 }

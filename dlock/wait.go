@@ -87,6 +87,14 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 	busyToken := res.token
 	timer := time.NewTimer(c.cfg.retry)
 	defer timer.Stop()
+	// A wait whose subscription could not be made (its SUBSCRIBE failed: the pub/sub
+	// connection broke under it, or cannot be dialled, while commands go through) polls, and
+	// subscribes again after a look, which keeps its place in line alive: after the next look
+	// for the first failure in a row (go-redis dials a broken connection anew in the failed
+	// call or the next one), after the look of every retry interval from then on. Once
+	// subscribed again, it is woken by messages, not left to look every retry interval for
+	// the rest of its wait.
+	failures, resubscribe := 0, false
 	// subscribe listens for the hand-off (look once more after it: the release may have come
 	// between our last look and the subscription). It returns a non-nil error when the wait
 	// is over.
@@ -106,14 +114,17 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 			c.cleanup(ctx, r, nil) // Close waits for it
 			return ErrClosed
 		case err != nil:
-			// No subscription (its connection cannot be made, while commands go through):
-			// the wait goes on by looking every retry interval. A Redis that is down shows
-			// at the next look, which comes at once.
-			c.log.Warn("dlock: waiting without pub/sub; looking every retry interval",
-				"key_hash", KeyHash(r.key), "err", err)
-			lis = polling{}
+			// No subscription: the wait goes on by looking, and subscribes again (see
+			// failures). A Redis that is down shows at the next look, which comes at once.
+			if failures == 0 {
+				c.log.Warn("dlock: waiting without pub/sub; looking every retry interval until subscribed again",
+					"key_hash", KeyHash(r.key), "err", err)
+			}
+			failures++
+			lis, resubscribe = polling{}, failures == 1
 			return nil
 		}
+		failures = 0
 		timer.Reset(min(c.cfg.retry, confirmWait))
 		select {
 		case <-lis.Ready():
@@ -150,6 +161,15 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 			busyToken = max(busyToken, res.token)
 		}
 		look = true
+		if resubscribe {
+			resubscribe = false
+			if err := subscribe(); err != nil {
+				return g, err
+			}
+			if _, ok := lis.(polling); !ok {
+				continue // look once more: the release may have come before the subscription
+			}
+		}
 		next := c.cfg.retry
 		if res.pttl >= 0 && res.pttl < next {
 			next = res.pttl + time.Millisecond // look again when the holder's lease ends
@@ -174,7 +194,8 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 			c.cleanup(ctx, r, nil) // Close waits for it
 			return g, ErrClosed
 		case <-lis.Gone():
-			// The subscription was lost (its node gave the slot away): listen anew.
+			// The subscription was lost (its node gave the slot away, or its SUBSCRIBE failed
+			// after listen returned): listen anew.
 			lis.Close()
 			if err := subscribe(); err != nil {
 				return g, err
@@ -193,7 +214,9 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 			g.token, g.sent, g.valid, g.handedOff = n.token, queuedAt, n.lease, true
 			return g, nil
 		case <-timer.C:
-			if !isClosed(lis.Ready()) {
+			if _, ok := lis.(polling); ok {
+				resubscribe = true // after the look that comes now
+			} else if !isClosed(lis.Ready()) {
 				lis.Unconfirmed() // still: ask again, the Cluster's layout may have changed
 			}
 		}
@@ -206,7 +229,8 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 const confirmWait = 250 * time.Millisecond
 
 // polling is the listener of a wait without subscription: no notice ever comes, so the wait
-// loop looks again every retry interval (or when the holder's lease ends).
+// loop looks again every retry interval (or when the holder's lease ends), and subscribes
+// again after its looks.
 type polling struct{}
 
 var closedReady = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

@@ -13,7 +13,7 @@
 local owner = ARGV[1]
 local L = lib()
 L.dequeue(ARGV[2])
-local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'g')
+local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'g', 'r')
 local gone, n = owner, 1
 for id in string.gmatch(cur[3] or '', '%S+') do
   if n == 8 then
@@ -27,17 +27,18 @@ if not cur[1] and not cur[2] then
 elseif (cur[1] == '' or cur[1] == owner) and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[5]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
 end
-local releaser
+local released
 if cur[1] == owner then
-  releaser = owner -- handed to this waiter, which never used it: it has its first hold only
+  -- handed to this waiter, which never used it: it has its first hold only
+  released = L.released(owner, cur[4])
 elseif cur[1] and cur[1] ~= '' then
   return {}
 end
-local next_owner, t, lease = L.hand_off(cur[2], tonumber(ARGV[3]), ARGV[4], releaser)
+local next_owner, t, lease = L.hand_off(cur[2], tonumber(ARGV[3]), ARGV[4], released)
 if next_owner then
   return {next_owner, t, lease}
 end
-if releaser then
-  redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0', 'w', '0')
+if released then
+  redis.call('HSET', KEYS[1], 'o', '', 'r', released, 'h', '0', 'w', '0')
 end
 return {}

@@ -2,7 +2,9 @@
 --
 -- KEYS (same order in every script that includes this prelude):
 --   1 lock    hash   o = owner id ('' when free), t = fencing token (the last one when free),
---                    r = owner of the last full release (retry tombstone), h = number of holds,
+--                    r = the last full releases (retry tombstones), newest first: the last 12
+--                    characters of each owner id (48 random bits), as many as fit in 64 bytes
+--                    (5; scripts before kept the last owner id whole), h = number of holds,
 --                    e<n> = one field per re-entry hold (n >= 2; the first hold has none),
 --                    x = set when the first hold was released while re-entry holds remain,
 --                    w = '1' when the line may have waiters (set by every script that adds one
@@ -13,7 +15,8 @@
 --   4 record  string completion record stored by Complete
 -- All keys share one hash tag, so a script touches a single Redis Cluster slot. A full release
 -- keeps the lock hash, without owner, until its lease would have ended: its last token is the
--- base of the next holder's, and r answers a retried release.
+-- base of the next holder's, and r answers a retried release (also after the lock went on to
+-- others who released it in turn before the retry came).
 --
 -- A released lock (hash present, owner '') never has waiters: every script that frees a lock
 -- hands it to the first live waiter or empties the line, and a waiter only joins the line of a
@@ -74,14 +77,34 @@ local function lib()
     end
   end
 
+  -- released returns r after a full release by owner (r: the lock hash's r, nil when it has
+  -- none): owner's tail first, then the newest of r that fit in 64 bytes. Redis keeps a hash
+  -- whose values are at most 64 bytes compact (a listpack, hash-max-listpack-value): a lock
+  -- hash takes 184 bytes so, 656 with 8 whole owner ids in r. The tail of an owner id is its
+  -- last 12 characters, 48 random bits: another acquisition's has the same with a chance of
+  -- 2^-48. An r the scripts before wrote (one whole owner id, which ends with its tail) is
+  -- kept as it is until pushed out. release.lua writes this out: its common path builds no
+  -- lib.
+  function L.released(owner, r)
+    local tail = string.sub(owner, -12)
+    if not r then
+      return tail
+    end
+    r = tail .. ' ' .. r
+    if #r > 64 then
+      r = string.match(string.sub(r, 1, 65), '^(.*) ')
+    end
+    return r
+  end
+
   -- grant makes owner the holder with one hold and marks the line as possibly not empty (w),
   -- so that the release looks at it. A lease below the owner's ttl awaits confirmation.
-  -- releaser, when given, is recorded as the last full release (r) in the same write.
-  -- Returns the token as written.
-  function L.grant(owner, token, lease, releaser)
+  -- released, when given, is written as r (see L.released) in the same write: a full
+  -- release handed the lock on. Returns the token as written.
+  function L.grant(owner, token, lease, released)
     local t = string.format('%.0f', token)
-    if releaser then
-      redis.call('HSET', KEYS[1], 'o', owner, 't', t, 'h', '1', 'w', '1', 'r', releaser)
+    if released then
+      redis.call('HSET', KEYS[1], 'o', owner, 't', t, 'h', '1', 'w', '1', 'r', released)
     else
       redis.call('HSET', KEYS[1], 'o', owner, 't', t, 'h', '1', 'w', '1')
     end
@@ -98,9 +121,11 @@ local function lib()
   -- releasing client's setting, not the waiter's. A waiter that asked to skip completed work
   -- is told "<owner> 0" (look again) when a record exists, and the next waiter is considered.
   -- Waiters are taken off the head of the line as they are considered; dead ones are dropped.
+  -- released, when given, is the lock hash's r after the full release that frees the lock
+  -- (see L.released), written with the new holder.
   -- Returns the new holder, its token and its lease; or nil, having written nothing to the
   -- lock hash: the caller then records the lock as free.
-  function L.hand_off(last, claim, pubcmd, releaser, mine)
+  function L.hand_off(last, claim, pubcmd, released, mine)
     local channel, nowus, nowms
     while true do
       local head = redis.call('ZPOPMIN', KEYS[2])
@@ -122,7 +147,7 @@ local function lib()
         else
           local t = L.next_token(last, nowus)
           local lease = math.min(tonumber(ttl), claim)
-          local written = L.grant(owner, t, lease, releaser)
+          local written = L.grant(owner, t, lease, released)
           if not L.ours(owner, mine) then
             redis.call(pubcmd, channel, owner .. ' ' .. written .. ' ' .. lease)
           end

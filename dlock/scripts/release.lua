@@ -8,8 +8,10 @@
 -- release, when the holder now is a waiter of the releasing client); {-1, 0} when the caller
 -- does not own the lock.
 -- Safe to run twice: a hold is only counted off once (its field, or x for the first hold, says
--- whether it is gone), and a full release leaves the owner in r so that a retried release
--- answers released instead of lost.
+-- whether it is gone), and a full release puts the owner first in r, which keeps the last 5
+-- full releasers, so that a retried release answers released instead of lost: also when,
+-- before the retry came, the lock went to a waiter or another caller who released it in
+-- turn (go-redis sends the call again after a network error, up to a read timeout late).
 -- The last hold with nobody in line (no w on the lock) costs two calls: HMGET, HSET (and SET
 -- for a record).
 -- A record stored while holds remain tells the waiters that skip completed work (flag 1) to
@@ -17,12 +19,18 @@
 local owner, entry = ARGV[1], ARGV[2]
 local cur = redis.call('HMGET', KEYS[1], 'o', 't', 'r', 'h', 'x', 'w')
 if cur[1] ~= owner then
-  if cur[3] == owner then
+  -- r names the last full releases by the tails of their owner ids (see L.released): a
+  -- token of r that ends with the caller's tail is its release. Only an r the scripts before
+  -- wrote holds more (a whole owner id).
+  local r, tail = cur[3], string.sub(owner, -12) .. ' '
+  if r and string.find(r .. ' ', tail, 1, true) then
     -- A retried release (the reply of the first run was lost, and the client sent it
     -- again). If the first run handed the lock to a waiter of the releasing client, it
     -- published nothing: name the holder again, with what is left of its lease, so that the
-    -- client tells it (a holder that knows already ignores it).
-    if lib().ours(cur[1], ARGV[5]) then
+    -- client tells it (a holder that knows already ignores it). Only while the caller's is
+    -- the last full release: a holder that got the lock from a later one was told by it.
+    local last = string.sub(string.match(r, '^%S+'), -12) .. ' ' == tail
+    if last and lib().ours(cur[1], ARGV[5]) then
       return {1, 0, cur[1], tonumber(cur[2]), redis.call('PTTL', KEYS[1])}
     end
     return {1, 0}
@@ -92,13 +100,21 @@ else
     redis.call('HDEL', KEYS[1], 'x')
   end
 end
+-- r after this release (L.released, written out: the common path builds no lib).
+local released = string.sub(owner, -12)
+if cur[3] then
+  released = released .. ' ' .. cur[3]
+  if #released > 64 then
+    released = string.match(string.sub(released, 1, 65), '^(.*) ')
+  end
+end
 if cur[6] == '1' then
-  local next_owner, t, lease = lib().hand_off(cur[2], tonumber(ARGV[3]), ARGV[4], owner, ARGV[5])
+  local next_owner, t, lease = lib().hand_off(cur[2], tonumber(ARGV[3]), ARGV[4], released, ARGV[5])
   if next_owner then
     return {1, 0, next_owner, t, lease}
   end
-  redis.call('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0', 'w', '0')
+  redis.call('HSET', KEYS[1], 'o', '', 'r', released, 'h', '0', 'w', '0')
   return {1, 0}
 end
-write('HSET', KEYS[1], 'o', '', 'r', owner, 'h', '0')
+write('HSET', KEYS[1], 'o', '', 'r', released, 'h', '0')
 return 0
