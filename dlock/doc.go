@@ -22,7 +22,8 @@
 //     the first live waiter and tells it with one pub/sub message (sharded on a Cluster), so a
 //     waiter is not starved by a holder re-acquiring in a loop, and needs no extra round trip.
 //     A waiter of the releasing Client is told by the release's reply instead, with no
-//     message.
+//     message. A waiter whose subscription cannot be made (or is lost) looks at the lock
+//     every retry interval and subscribes again after its looks.
 //     A waiter that stops heartbeating (its process died) is dropped after three retry
 //     intervals; a waiter whose context ends (or WithMaxWait runs out) is out of line when its
 //     Acquire returns (if Redis does not answer that within 100 ms, Acquire returns anyway
@@ -54,6 +55,8 @@
 //     with SkipCompleted gets the record instead of the lock. Middlewares build idempotent
 //     replay and "done" markers on it.
 //   - Every script runs safely twice, because go-redis retries commands after network errors.
+//     A retried Release answers released also when, before the retry came, the lock went to
+//     others who released it in turn (up to 5 later full releases).
 //     On a Cluster whose slot is being migrated, a release or a waiting Acquire runs its
 //     script again until the slot has moved (Redis answers TRYAGAIN meanwhile), for up to 5 s.
 //     Once it has moved, waiters listen again on the slot's new master (the old node ends
