@@ -60,7 +60,7 @@ func (e *eval) parsedJSON() (any, error) {
 	e.jsonVal, e.jsonErr = parseJSON(body)
 	// Only a body that does not parse may be "not JSON": one that parses and is refused (a
 	// top-level string with a lone surrogate) must not read as absent, the key of no body.
-	if e.jsonErr != nil && errors.Is(e.jsonErr, ErrMalformedBody) {
+	if errors.Is(e.jsonErr, ErrMalformedBody) {
 		if first := bytes.TrimLeft(body, " \t\r\n"); first[0] != '{' && first[0] != '[' {
 			e.jsonErr = &notJSONError{e.jsonErr}
 		}

@@ -167,19 +167,28 @@ func loneSurrogate(raw []byte) int {
 			continue
 		}
 		r := hex4(raw[i+2:])
-		switch {
-		case r < 0 || !utf16.IsSurrogate(r):
+		if r < 0 || !utf16.IsSurrogate(r) {
 			i += 5
-		case r < 0xdc00 && i+7 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' && isLowSurrogate(hex4(raw[i+8:])):
-			i += 11 // a pair
-		default:
+			continue
+		}
+		if _, ok := surrogatePair(raw, i, r); !ok {
 			return i
 		}
+		i += 11 // a pair
 	}
 	return -1
 }
 
-func isLowSurrogate(r rune) bool { return r >= 0xdc00 && r <= 0xdfff }
+// surrogatePair reports whether the \u escape at s[i:] of surrogate r is the high half of a
+// pair as encoding/json pairs them (directly followed by the \u escape of a low surrogate),
+// and returns that low half.
+func surrogatePair[T string | []byte](s T, i int, r rune) (rune, bool) {
+	if r >= 0xdc00 || i+12 > len(s) || s[i+6] != '\\' || s[i+7] != 'u' {
+		return 0, false
+	}
+	low := hex4(s[i+8 : i+12])
+	return low, low >= 0xdc00 && low <= 0xdfff
+}
 
 // hex4 is the value of the four hex digits that start b, or -1.
 func hex4[T string | []byte](b T) rune {

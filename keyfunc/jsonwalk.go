@@ -150,11 +150,8 @@ func (w *jsonWalker) str() (string, error) {
 		case 'u':
 			r := hex4(w.s[i+2 : i+6])
 			if utf16.IsSurrogate(r) {
-				low := rune(-1)
-				if i+12 <= len(w.s) && w.s[i+6] == '\\' && w.s[i+7] == 'u' {
-					low = hex4(w.s[i+8 : i+12])
-				}
-				if r >= 0xdc00 || !isLowSurrogate(low) {
+				low, ok := surrogatePair(w.s, i, r)
+				if !ok {
 					return "", &loneSurrogateError{offset: int64(i)}
 				}
 				r = utf16.DecodeRune(r, low)

@@ -293,10 +293,10 @@ func formBodyValue(e *eval, name string) (string, bool, error) {
 // (and types based on them); anything else is ErrUnsupportedType, a server-side mistake that
 // IsInputError does not count as the request's. A value over the cap (or not an integer for
 // an Integer part) is the server's too: ErrContextValue, not ErrTooLong or ErrInvalid, which
-// would blame the request. nil is absent, and so is text that
-// is empty or only spaces and tabs (an auth step that stored "" for a request without a
-// user): a required user part then fails with ErrMissing, rather than putting every
-// anonymous caller in one shared scope. Cap: DefaultMaxLen.
+// would blame the request. nil is absent, and so is text that is empty or only spaces and
+// tabs (an auth step that stored "" for a request without a user): a required user part then
+// fails with ErrMissing, rather than putting every anonymous caller in one shared scope.
+// Cap: DefaultMaxLen.
 // Panics if key is nil. Name it with Named("user") for readable errors.
 func ContextValue(key any) Part {
 	if key == nil {
