@@ -187,11 +187,5 @@ func TestShortDeadlineCancelIsCanceled(t *testing.T) {
 	if !errors.Is(err, cause) || errors.As(err, &locked) {
 		t.Fatalf("wait cancelled with 2 s left: %v, want an error wrapping the cause, not busy", err)
 	}
-	ended := o.Spans.Ended()
-	if len(ended) != 1 {
-		t.Fatalf("%d spans ended, want 1", len(ended))
-	}
-	if out := oteltest.Attr(ended[0], "asynqlock.outcome"); out != asynqlock.OutcomeCanceled || ended[0].Status().Code != codes.Error {
-		t.Errorf("span outcome %q status %v, want %q and codes.Error", out, ended[0].Status().Code, asynqlock.OutcomeCanceled)
-	}
+	wantSpan(t, oneSpan(t, o), asynqlock.OutcomeCanceled, codes.Error)
 }

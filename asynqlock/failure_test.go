@@ -298,13 +298,7 @@ func TestTaskContextEndingIsNotBusy(t *testing.T) {
 	}
 	// Telemetry tells it apart from contention (busy) and from other failures (error); the
 	// task failed, so the span did too.
-	ended := o.Spans.Ended()
-	if len(ended) != 1 {
-		t.Fatalf("%d asynqlock.lock spans ended, want 1", len(ended))
-	}
-	if out := oteltest.Attr(ended[0], "asynqlock.outcome"); out != asynqlock.OutcomeCanceled || ended[0].Status().Code != codes.Error {
-		t.Errorf("span outcome %q status %v, want %q and codes.Error", out, ended[0].Status().Code, asynqlock.OutcomeCanceled)
-	}
+	wantSpan(t, oneSpan(t, o), asynqlock.OutcomeCanceled, codes.Error)
 	if got := o.CounterByAttr(t, "asynqlock.tasks", "asynqlock.outcome"); got[asynqlock.OutcomeCanceled] != 1 || len(got) != 1 {
 		t.Errorf("asynqlock.tasks by outcome %v, want canceled:1", got)
 	}

@@ -9,10 +9,13 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/goleak"
 
 	"github.com/lockguard/lockguard/asynqlock"
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/oteltest"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
@@ -130,4 +133,22 @@ func (l *errorLog) all() []error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]error(nil), l.errs...)
+}
+
+// oneSpan returns the one span o recorded as ended; it fails t when there are more or none.
+func oneSpan(t *testing.T, o *oteltest.Recorder) sdktrace.ReadOnlySpan {
+	t.Helper()
+	ended := o.Spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want 1", len(ended))
+	}
+	return ended[0]
+}
+
+// wantSpan fails t unless s ended with outcome and status code.
+func wantSpan(t *testing.T, s sdktrace.ReadOnlySpan, outcome string, code codes.Code) {
+	t.Helper()
+	if out := oteltest.Attr(s, "asynqlock.outcome"); out != outcome || s.Status().Code != code {
+		t.Errorf("span outcome %q status %v %q, want %q and %v", out, s.Status().Code, s.Status().Description, outcome, code)
+	}
 }

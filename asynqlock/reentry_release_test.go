@@ -88,11 +88,5 @@ func TestReentryRacingReleaseIsNotBusy(t *testing.T) {
 	if errors.As(innerErr, &locked) || !errors.Is(innerErr, context.Canceled) {
 		t.Errorf("re-entry racing the release of the outer hold: %v, want canceled (context.Canceled), not busy", innerErr)
 	}
-	ended := o.Spans.Ended()
-	if len(ended) != 1 {
-		t.Fatalf("%d spans of the nested layer ended, want 1", len(ended))
-	}
-	if out := oteltest.Attr(ended[0], "asynqlock.outcome"); out != asynqlock.OutcomeCanceled || ended[0].Status().Code != codes.Error {
-		t.Errorf("nested span outcome %q status %v, want %q and codes.Error", out, ended[0].Status().Code, asynqlock.OutcomeCanceled)
-	}
+	wantSpan(t, oneSpan(t, o), asynqlock.OutcomeCanceled, codes.Error) // the nested layer's
 }

@@ -76,18 +76,11 @@ func TestHandlerEndsItsOwnHold(t *testing.T) {
 			if logs.String() != "" {
 				t.Errorf("the middleware logged, want nothing above debug:\n%s", logs.String())
 			}
-			ended := o.Spans.Ended()
-			if len(ended) != 1 {
-				t.Fatalf("%d spans ended, want 1", len(ended))
-			}
 			wantCode := codes.Unset
 			if herr != nil {
 				wantCode = codes.Error
 			}
-			if out := oteltest.Attr(ended[0], "asynqlock.outcome"); out != asynqlock.OutcomeObtained || ended[0].Status().Code != wantCode {
-				t.Errorf("span outcome %q status %v %q, want %q and %v", out, ended[0].Status().Code,
-					ended[0].Status().Description, asynqlock.OutcomeObtained, wantCode)
-			}
+			wantSpan(t, oneSpan(t, o), asynqlock.OutcomeObtained, wantCode)
 			lk, err := e.lock.TryAcquire(t.Context(), "payment:p1")
 			if err != nil {
 				t.Fatalf("lock after the task: %v, want it free", err)

@@ -63,14 +63,8 @@ func TestTelemetryKeyFuncErrorKeptOffSpan(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), "bob@example.com") {
 				t.Fatalf("task error %v, want the key function's error", err)
 			}
-			ended := o.Spans.Ended()
-			if len(ended) != 1 {
-				t.Fatalf("%d spans ended, want 1", len(ended))
-			}
-			s := ended[0]
-			if out := oteltest.Attr(s, "asynqlock.outcome"); out != tc.outcome || s.Status().Code != codes.Error {
-				t.Errorf("span outcome %q status %v, want %q and codes.Error", out, s.Status().Code, tc.outcome)
-			}
+			s := oneSpan(t, o)
+			wantSpan(t, s, tc.outcome, codes.Error)
 			if !strings.Contains(s.Status().Description, `"acct"`) && tc.outcome == asynqlock.OutcomeInvalid {
 				t.Errorf("span status %q: want the part named", s.Status().Description)
 			}
