@@ -3,6 +3,7 @@ package asynqlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,10 +57,19 @@ func TestUnsupportedContextValueIsRetried(t *testing.T) {
 	key := keyfunc.Join(keyfunc.Const("tenant"), keyfunc.ContextValue(tenantKey{}).Named("tenant"))
 	runs := 0
 	h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { runs++; return nil }), e.lock, key)
-	ctx := context.WithValue(t.Context(), tenantKey{}, struct{ ID int }{7})
-	err := h.ProcessTask(ctx, asynq.NewTask("tenant:sync", nil))
-	if !errors.Is(err, keyfunc.ErrUnsupportedType) || errors.Is(err, asynq.SkipRetry) || runs != 0 {
-		t.Fatalf("unsupported context value: err %v (SkipRetry %v), handler ran %d times; want ErrUnsupportedType, retried, not run",
-			err, errors.Is(err, asynq.SkipRetry), runs)
+	for _, tc := range []struct {
+		name  string
+		value any
+		want  error
+	}{
+		{"of a type keyfunc cannot read", struct{ ID int }{7}, keyfunc.ErrUnsupportedType},
+		{"over the part cap", strings.Repeat("t", keyfunc.DefaultMaxLen+1), keyfunc.ErrContextValue},
+	} {
+		ctx := context.WithValue(t.Context(), tenantKey{}, tc.value)
+		err := h.ProcessTask(ctx, asynq.NewTask("tenant:sync", nil))
+		if !errors.Is(err, tc.want) || errors.Is(err, asynq.SkipRetry) || runs != 0 {
+			t.Fatalf("context value %s: err %v (SkipRetry %v), handler ran %d times; want %v, retried, not run",
+				tc.name, err, errors.Is(err, asynq.SkipRetry), runs, tc.want)
+		}
 	}
 }
