@@ -2,6 +2,7 @@ package keyfunc
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,8 +10,15 @@ import (
 	"unicode"
 )
 
-// maxExponentDigits bounds a JSON number's exponent so canonical forms stay computable.
-const maxExponentDigits = 9
+// maxDecimalExponent bounds a JSON number by its value, not its spelling: a nonzero number
+// x = m·10^k (1 <= |m| < 10) is accepted when |k| <= maxDecimalExponent, that is when
+// 1e-999999999 <= |x| < 1e1000000000, so that 0.1e1000000000 and 1e999999999 are both
+// accepted and 10e999999999 and 1e1000000000 both refused. Zero is always accepted.
+const maxDecimalExponent = 999_999_999
+
+// errNumberRange refuses a number out of that range; it names no number, so every spelling
+// of one gets the same error.
+var errNumberRange = fmt.Errorf("%w: number out of range (a nonzero magnitude must be at least 1e-999999999 and below 1e1000000000)", ErrInvalid)
 
 // jsonText renders a decoded JSON value as a key value.
 func jsonText(v any) (string, error) {
@@ -143,7 +151,8 @@ func appendJSONString(dst []byte, s string) []byte {
 // the value sign·D·10^E (D without leading or trailing zeros) is written as a plain
 // integer ("100") or decimal ("0.005") when that takes at most 64 digits, and as D"e"E
 // ("15e-100") otherwise; zero is "0". The three shapes are told apart by '.' and 'e', so
-// different values never share a text.
+// different values never share a text. A value out of the range maxDecimalExponent allows
+// fails with ErrInvalid, with one message whatever the number and its spelling.
 func canonicalNumber(lit string) (string, error) {
 	s, neg := strings.CutPrefix(lit, "-")
 	if plainInteger(s) { // the common case, already canonical: no trailing zeros to count
@@ -154,46 +163,45 @@ func canonicalNumber(lit string) (string, error) {
 	}
 	mant, expPart, hasExp := strings.Cut(strings.ToLower(s), "e")
 	intPart, frac, _ := strings.Cut(mant, ".")
-	exp := 0
-	if hasExp {
-		expNeg := strings.HasPrefix(expPart, "-")
-		digits := strings.TrimLeft(strings.TrimLeft(expPart, "+-"), "0")
-		if len(digits) > maxExponentDigits {
-			return "", fmt.Errorf("%w: number with an exponent out of range", ErrInvalid)
-		}
-		if digits != "" {
-			n, err := strconv.Atoi(digits)
-			if err != nil {
-				return "", fmt.Errorf("%w: number with a malformed exponent", ErrInvalid)
-			}
-			exp = n
-		}
-		if expNeg {
-			exp = -exp
-		}
-	}
 	d := strings.TrimLeft(intPart+frac, "0")
-	exp -= len(frac)
 	if d == "" {
-		return "0", nil
+		return "0", nil // zero, whatever its exponent
 	}
-	trimmed := strings.TrimRight(d, "0")
-	exp += len(d) - len(trimmed)
-	d = trimmed
+	var litExp int64
+	if hasExp {
+		var err error
+		// Past int64, ParseInt gives its bound and ErrRange: refused below, as no mantissa
+		// held in memory has the digits to bring such a number back into range.
+		if litExp, err = strconv.ParseInt(expPart, 10, 64); err != nil && !errors.Is(err, strconv.ErrRange) {
+			return "", fmt.Errorf("%w: number with a malformed exponent", ErrInvalid)
+		}
+	}
+	// The mantissa moves the exponent by less than len(lit): a written exponent past that
+	// margin is out of range, and within it the sum below cannot overflow.
+	if margin := maxDecimalExponent + int64(len(lit)); litExp < -margin || litExp > margin {
+		return "", errNumberRange
+	}
+	// lead is k, the exponent of d's first digit; it and not the written exponent is bounded.
+	lead := litExp - int64(len(frac)) + int64(len(d)) - 1
+	if lead < -maxDecimalExponent || lead > maxDecimalExponent {
+		return "", errNumberRange
+	}
+	d = strings.TrimRight(d, "0")
+	exp := lead - int64(len(d)) + 1 // E, the exponent of D's last digit
 
 	var out string
 	const plainDigits = 64
 	switch {
-	case exp >= 0 && len(d)+exp <= plainDigits:
-		out = d + strings.Repeat("0", exp)
+	case exp >= 0 && int64(len(d))+exp <= plainDigits:
+		out = d + strings.Repeat("0", int(exp))
 	case exp < 0 && -exp <= plainDigits:
-		if point := len(d) + exp; point > 0 {
+		if point := len(d) + int(exp); point > 0 {
 			out = d[:point] + "." + d[point:]
 		} else {
 			out = "0." + strings.Repeat("0", -point) + d
 		}
 	default:
-		out = d + "e" + strconv.Itoa(exp)
+		out = d + "e" + strconv.FormatInt(exp, 10)
 	}
 	if neg {
 		out = "-" + out

@@ -57,7 +57,10 @@
 //     DefaultMaxLen (1024 bytes), DefaultMaxHeaderLen (255; also IdempotencyKey) and
 //     DefaultMaxBodyLen (4096; JSON and Form fields).
 //   - JSON bodies are decoded with exact numbers and at most MaxJSONDepth (64) levels of
-//     nesting; numbers are rendered canonically (1e2 and 100 give the same key). Exact:
+//     nesting; numbers are rendered canonically, so every spelling of one number gives one
+//     key (1e2, 100, 100.0, 1E+2, 1000e-1). The bound is on the value, whatever the spelling:
+//     a nonzero number of magnitude below 1e-999999999, or 1e1000000000 and above, fails
+//     the part that reads it (ErrInvalid; 0.1e1000000000 is 1e999999999 and accepted). Exact:
 //     42 and 42.0000000000000001 are two keys, though a handler decoding into float64 sees
 //     one number; decode ids exactly (int64, json.Number) so handler and key agree. A body
 //     with a string escaping an unpaired UTF-16 surrogate ("\ud800"), which encoding/json

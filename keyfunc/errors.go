@@ -15,7 +15,7 @@ var (
 	// ErrMissing: a required part has no value in the request or task.
 	ErrMissing = errors.New("keyfunc: missing value")
 	// ErrInvalid: a value is present but unusable (a malformed Idempotency-Key, a JSON
-	// number whose exponent is out of range).
+	// number out of range: nonzero and of magnitude below 1e-999999999 or from 1e1000000000 up).
 	ErrInvalid = errors.New("keyfunc: invalid value")
 	// ErrUnsupportedType: a context value is of a type ContextValue cannot read (the server's
 	// auth step stored, say, a struct): the server's mistake, not the request's, so it is not

@@ -77,7 +77,7 @@ func FuzzKey(f *testing.F) {
 // FuzzParseJSON checks that parseJSON, which builds a valid body with walkJSON, gives exactly
 // what the json.Decoder path (decodeJSON) gives: the same tree, or the same error.
 func FuzzParseJSON(f *testing.F) {
-	for _, body := range jsonSamples {
+	for _, body := range append(jsonSamples, numberBodies()...) {
 		f.Add([]byte(body))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -92,7 +92,7 @@ func FuzzParseJSON(f *testing.F) {
 	})
 }
 
-// jsonSamples seed FuzzParseJSON and TestWalkJSONAgreesWithDecoder.
+// jsonSamples, with numberBodies, seed FuzzParseJSON and TestWalkJSONAgreesWithDecoder.
 var jsonSamples = []string{
 	`{}`, `[]`, ` { } `, "\t[ ]\r\n", `0`, `-0`, `1e2`, `-1.5E-3`, `"x"`, `""`, `true`, `false`, `null`,
 	`{"a":1,"b":[true,false,null,"s",-2.5e+3,{}],"c":{"d":{"e":[[]]}}}`,
@@ -108,7 +108,7 @@ var jsonSamples = []string{
 }
 
 func TestWalkJSONAgreesWithDecoder(t *testing.T) {
-	for _, body := range jsonSamples {
+	for _, body := range append(jsonSamples, numberBodies()...) {
 		got, err := parseJSON([]byte(body))
 		want, wantErr := decodeJSON([]byte(body))
 		if fmt.Sprint(err) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {

@@ -190,16 +190,17 @@ func notBlank(v string) bool { return strings.Trim(v, " \t") != "" }
 
 // JSON is the body field at a dot path: "order.id", "items.0.sku" (a numeric segment
 // indexes an array, and names an object member otherwise). Strings are used as is, numbers
-// in a canonical decimal form (1e2, 100 and 100.0 all give "100", exactly, at any size),
+// in a canonical decimal form (1e2, 100 and 100.0 all give "100", exactly; -0 gives "0"),
 // booleans as "true"/"false" (so "100" and 100 give the same value); null counts as absent;
 // objects and arrays are used in their canonical JSON form (sorted keys, compact), which a
 // string holding the same text also gives; the path "" is the whole body. Member names match
 // ignoring case, as encoding/json matches them to struct fields. The body is parsed once per
 // Key call, however many parts use it.
 // Errors: ErrMalformedBody (invalid JSON, nesting deeper than MaxJSONDepth), ErrInvalid
-// (a number's exponent is out of range; two members whose names differ only in case match
-// one segment; a member repeated, or a string escaping an unpaired UTF-16 surrogate, which
-// encoding/json reads as U+FFFD, anywhere in the body). Cap: DefaultMaxBodyLen.
+// (in the value, a nonzero number of magnitude below 1e-999999999 or from 1e1000000000 up,
+// however it is written; two members whose names differ only in case match one segment; a
+// member repeated, or a string escaping an unpaired UTF-16 surrogate, which encoding/json
+// reads as U+FFFD, anywhere in the body). Cap: DefaultMaxBodyLen.
 func JSON(path string) Part {
 	segs := splitPath(path)
 	return newPart(path, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
@@ -381,7 +382,7 @@ func Const(s string) Part {
 
 // BodyHash is a SHA-256 of the canonical body: JSON re-encoded with sorted keys and
 // canonical numbers when the body is valid JSON that JSON parts accept (within MaxJSONDepth,
-// no repeated member, no unpaired surrogate escape); a multipart/form-data
+// no repeated member, no unpaired surrogate escape, no number out of range); a multipart/form-data
 // body (as the Content-Type header names it) by its parts, in order, without the boundary a
 // client picks anew each time it encodes the form; the raw bytes otherwise; 43 base64url
 // characters. Use it to catch the same payload submitted twice
