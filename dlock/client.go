@@ -75,6 +75,14 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 // a release and not yet confirmed to its ttl is ended like a renewed one). An acquisition
 // whose call fails as Close runs is taken out of line all the same, by a goroutine Close does
 // not wait for. Release locks before closing. Close does not close the Redis client.
+//
+// When the Redis client's timeouts do not bound its calls (go-redis ReadTimeout -1), a Redis
+// that stops answering holds Close up for at most 10 s: it waits at most 5 s for the waits
+// in progress, the pub/sub connection and the calls their contexts gave up, then at most 5 s
+// for the clean-ups (a waiter leaving the line) and renewals in flight. What still waits for
+// Redis then goes on in the background until Redis answers, or its context (a clean-up's:
+// 5 s) ends: an acquisition whose look is unanswered returns then, and a waiter that could
+// not leave the line is dropped from it by Redis three retry intervals after its last look.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed.Swap(true) {
@@ -86,12 +94,49 @@ func (c *Client) Close() error {
 	// The store ends its listens first, so every wait in progress sees Close. Each then
 	// takes its place out of line, in the background, which the watchdog's close waits for:
 	// a release would otherwise hand the lock to one of them, and the key would stay
-	// blocked for the claim lease. (Store calls made after the store's close run without
-	// their context's bound, on the caller's goroutine.)
+	// blocked for the claim lease. (Store calls made after the store's close are not waited
+	// for there: they end within the store client's timeouts or, without any, with their
+	// context.) The store bounds its own wait as the waits' is bounded here (see closeWait).
+	expired, stop := closeWait(c.be.bounded())
+	defer stop()
 	err := c.be.close()
-	c.waits.Wait()
-	c.wd.close()
+	waitUntil(c.waits.Wait, expired)
+	// A bound of its own, so that it ends the locks the watchdog renews however long the
+	// waits above took, and the clean-ups of waits that ended only now get their time.
+	expired, stop = closeWait(c.be.bounded())
+	defer stop()
+	waitUntil(c.wd.close, expired)
 	return err
+}
+
+// closeWait returns a channel closed when Close has waited releaseBound for Redis, when the
+// store client's own timeouts do not bound its calls; a nil channel (no bound) otherwise, as
+// every call then ends within those timeouts.
+func closeWait(bounded bool) (<-chan struct{}, context.CancelFunc) {
+	if bounded {
+		return nil, func() {}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseBound)
+	return ctx.Done(), cancel
+}
+
+// waitUntil calls wait and returns when it returns, or once expired is closed (nil: never).
+// A wait cut short goes on in a goroutine of its own, which ends with it: what it waits for
+// is waiting for Redis.
+func waitUntil(wait func(), expired <-chan struct{}) {
+	if expired == nil {
+		wait()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wait()
+	}()
+	select {
+	case <-done:
+	case <-expired:
+	}
 }
 
 // beginWait registers a wait that Close lets leave the line before it goes on; it reports
@@ -193,7 +238,8 @@ func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant)
 }
 
 // releaseBound bounds a release or clean-up that must happen even though the caller's context
-// may have ended, when the store client's own timeouts do not bound it.
+// may have ended, and each of Close's waits for Redis (see closeWait), when the store client's
+// own timeouts do not bound them.
 const releaseBound = 5 * time.Second
 
 // releaseContext is ctx without its cancellation, for a release that must happen even though
@@ -202,7 +248,7 @@ func (c *Client) releaseContext(ctx context.Context) (context.Context, context.C
 	return c.boundedContext(context.WithoutCancel(ctx))
 }
 
-// boundedContext gives a context that cannot end the deadline releaseBound when the store
+// boundedContext gives a context that cannot end a deadline releaseBound away when the store
 // client's own timeouts do not bound its calls (go-redis ReadTimeout -1); any other context is
 // returned as it is.
 func (c *Client) boundedContext(ctx context.Context) (context.Context, context.CancelFunc) {

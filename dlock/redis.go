@@ -76,12 +76,17 @@ func newRedisBackend(rdb redis.UniversalClient, cfg *config) *redisBackend {
 	return b
 }
 
+// close ends the pub/sub connections and waits for them and for the calls abandoned by their
+// context, for at most releaseBound when the client's timeouts do not bound its calls (see
+// closeWait): a Redis that does not answer them does not hold Close up.
 func (b *redisBackend) close() error {
+	expired, stop := closeWait(b.bounded())
+	defer stop()
 	b.mu.Lock()
 	b.closing = true
 	b.mu.Unlock()
-	b.subs.close()
-	b.calls.Wait()
+	b.subs.closeUntil(expired)
+	waitUntil(b.calls.Wait, expired)
 	return nil
 }
 
@@ -93,6 +98,10 @@ func (b *redisBackend) close() error {
 // deadline would. A context cancelled without a deadline (a request whose client went away)
 // then waits for the call in flight, which ends within the client's timeouts. Otherwise fn
 // runs in a goroutine; an abandoned call finishes in the background and close waits for it.
+// After close, nothing may outlive it: fn is called directly, unless the client has no
+// timeouts to end it (ReadTimeout -1). It then runs in a goroutine that nobody waits for
+// (close stops waiting for Redis after a while anyway), so that a call Redis does not answer
+// (a clean-up at Close, a release after it) still returns when its context ends.
 // A goroutine per call costs tens of microseconds on a small machine, where a Redis round
 // trip costs about a hundred.
 func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error) error {
@@ -103,16 +112,21 @@ func (b *redisBackend) call(ctx context.Context, fn func(context.Context) error)
 		return err
 	}
 	b.mu.Lock()
-	if b.closing {
+	closing := b.closing
+	if closing && b.bounded() {
 		b.mu.Unlock()
-		return fn(ctx) // nothing may outlive close: run it here
+		return fn(ctx) // within the client's timeouts
 	}
-	b.calls.Add(1)
+	if !closing {
+		b.calls.Add(1)
+	}
 	b.mu.Unlock()
 	var err error
 	finished := make(chan struct{})
 	go func() {
-		defer b.calls.Done()
+		if !closing {
+			defer b.calls.Done()
+		}
 		defer close(finished)
 		err = b.noteAnswer(fn(ctx))
 	}()

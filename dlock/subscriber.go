@@ -273,18 +273,24 @@ func (s *subscriber) dispatch(conn *psConn, msgs <-chan any) {
 }
 
 // close closes every connection and waits for its goroutines to return.
-func (s *subscriber) close() {
+func (s *subscriber) close() { s.closeUntil(nil) }
+
+// closeUntil is close, waiting only until expired is closed (nil: for as long as it takes).
+// Each connection is closed on a goroutine of its own: go-redis closes one only once a
+// SUBSCRIBE in flight on it is over, and one that dials it waits for the answer to its
+// handshake, which only the client's ReadTimeout bounds.
+func (s *subscriber) closeUntil(expired <-chan struct{}) {
 	s.mu.Lock()
 	s.closed = true
 	s.stopSends()
-	var drop []*psConn
 	for _, conn := range s.conns {
 		s.dropLocked(conn)
-		drop = append(drop, conn)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			_ = conn.ps.Close()
+		}()
 	}
 	s.mu.Unlock()
-	for _, conn := range drop {
-		_ = conn.ps.Close()
-	}
-	s.wg.Wait()
+	waitUntil(s.wg.Wait, expired)
 }

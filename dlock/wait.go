@@ -93,7 +93,8 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 	// for the first failure in a row (go-redis dials a broken connection anew in the failed
 	// call or the next one), after the look of every retry interval from then on. Once
 	// subscribed again, it is woken by messages, not left to look every retry interval for
-	// the rest of its wait.
+	// the rest of its wait. A wait whose subscription is lost (Gone: also a SUBSCRIBE that
+	// fails after listen returned) looks at once and subscribes again after that look.
 	failures, resubscribe := 0, false
 	// subscribe listens for the hand-off (look once more after it: the release may have come
 	// between our last look and the subscription). It returns a non-nil error when the wait
@@ -128,6 +129,9 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 		timer.Reset(min(c.cfg.retry, confirmWait))
 		select {
 		case <-lis.Ready():
+		case <-lis.Gone():
+			// Its SUBSCRIBE failed (or its connection was lost) before Redis confirmed it: the
+			// wait looks at once, and subscribes again after that look (see the wait loop).
 		case <-timer.C:
 			lis.Unconfirmed()
 		case <-ctx.Done():
@@ -161,6 +165,14 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 			busyToken = max(busyToken, res.token)
 		}
 		look = true
+		if isClosed(lis.Gone()) {
+			// The subscription was lost (its node gave the slot away, or its SUBSCRIBE failed
+			// after listen returned): listen anew, now that this look has kept our place in
+			// line alive. Subscribing first would put a dial, and the wait for Redis to
+			// confirm, between this wait's looks.
+			lis.Close()
+			lis, resubscribe = polling{}, true
+		}
 		if resubscribe {
 			resubscribe = false
 			if err := subscribe(); err != nil {
@@ -194,12 +206,7 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 			c.cleanup(ctx, r, nil) // Close waits for it
 			return g, ErrClosed
 		case <-lis.Gone():
-			// The subscription was lost (its node gave the slot away, or its SUBSCRIBE failed
-			// after listen returned): listen anew.
-			lis.Close()
-			if err := subscribe(); err != nil {
-				return g, err
-			}
+			// The subscription was lost: look at once, then listen anew (above).
 		case n := <-lis.C():
 			if n.token == 0 || n.lease <= 0 || n.token <= busyToken {
 				continue // look again now (a notice without its lease: the look tells it; a stale one)
