@@ -22,22 +22,29 @@
 //     the first live waiter and tells it with one pub/sub message (sharded on a Cluster), so a
 //     waiter is not starved by a holder re-acquiring in a loop, and needs no extra round trip.
 //     A waiter of the releasing Client is told by the release's reply instead, with no
-//     message. A waiter whose subscription cannot be made (or is lost) looks at the lock
-//     every retry interval and subscribes again after its looks.
+//     message. A waiter whose subscription cannot be made looks at the lock every retry
+//     interval and subscribes again after its looks; one whose subscription is lost looks at
+//     once and subscribes again after that look.
 //     A waiter that stops heartbeating (its process died) is dropped after three retry
 //     intervals; a waiter whose context ends (or WithMaxWait runs out) is out of line when its
 //     Acquire returns (if Redis does not answer that within 100 ms, Acquire returns anyway
 //     and the place is given up in the background), and one whose Client closes before Close
-//     returns; a waiter paused past the short lease of a hand-off, which then went on,
-//     ignores the stale message and queues again. An acquisition that failed leaves no lock
+//     returns (with a go-redis client without ReadTimeout, Close gives up on a Redis that
+//     does not answer after at most 10 s, and the place expires by itself); a waiter paused
+//     past the short lease of a hand-off, which then went on, ignores the stale message and
+//     queues again. An acquisition that failed leaves no lock
 //     behind though its look may have taken one (its reply lost, or its script reaching Redis
 //     after the caller's deadline): its clean-up is tried again until Redis answers, and a
 //     look arriving after the clean-up takes nothing (unless someone else held the lock at
 //     the clean-up and that holder's lease ended before the look came: see docs/dlock.md).
 //   - Locks without WithTTL are renewed by one watchdog loop per Client, every lease/3, many
 //     locks per script call, pipelined (one pipeline per node on a Cluster, so a node that
-//     does not answer costs only its own locks). Renewal stops the moment the lock is
-//     released.
+//     does not answer costs only its own locks). A renewal is given up after a third of its
+//     lease; renewals of much shorter leases (a handed-off WithTTL lock being confirmed) go
+//     in a call of their own, so they do not cut the others short. A renewal given up while
+//     still on its way (go-redis without ContextTimeoutEnabled lets it go on) is waited for,
+//     and its answer still renews the lock if it comes before the lease ends on the holder's
+//     clock. Renewal stops the moment the lock is released.
 //   - Lost locks are reported: Done closes and the context from WithLock is cancelled with
 //     cause ErrLockLost when a renewal finds the lock gone or taken, and also when renewals do
 //     not get through before the lease ends on the holder's own clock (measured from when the

@@ -20,8 +20,9 @@ type lease struct {
 	auto  bool // renewed by the watchdog
 
 	// renewing holds a token while a renewal of this lease is in flight (a Refresh, or the
-	// watchdog's batch), so that no two cross: the lease must end on our clock no later than
-	// in Redis, and with two renewals in flight we could not tell which one Redis applied last.
+	// watchdog's batch, also one given up that may still reach Redis), so that no two cross:
+	// the lease must end on our clock no later than in Redis, and with two renewals in flight
+	// we could not tell which one Redis applied last.
 	// A channel, not a mutex: a Refresh waiting for the watchdog's batch must heed its context.
 	renewing chan struct{}
 
@@ -79,15 +80,17 @@ func (l *lease) start(base time.Time, valid time.Duration) {
 	l.expiry = time.AfterFunc(time.Until(l.deadline), func() { l.end(lost(reason)) })
 }
 
-// extended records a successful renewal sent at sent for ttl.
-func (l *lease) extended(sent time.Time, ttl time.Duration) {
+// extended records a successful renewal sent at sent for ttl. It reports false when the lease
+// has ended already: an answer that came after the local deadline renews nothing.
+func (l *lease) extended(sent time.Time, ttl time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended {
-		return
+		return false
 	}
 	l.deadline = sent.Add(ttl - drift(ttl))
 	l.expiry.Reset(time.Until(l.deadline))
+	return true
 }
 
 // shortened brings the local deadline forward to what a renewal to ttl sent at sent gives,

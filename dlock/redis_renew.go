@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -17,18 +18,20 @@ const renewChunk = 1000
 // renew sends one script call per chunk of keys (per hash slot on a Cluster), pipelined: one
 // round trip per node for any number of locks. On a Cluster each node gets a pipeline of its
 // own, sent in parallel, so a node that does not answer fails only the renewals of its own
-// locks (a *partialRenewError); the locks of the other nodes are renewed.
+// locks (a *partialRenewError); the locks of the other nodes are renewed. When ctx ends while
+// calls are still on their way, the error is a *lateRenewError whose wait gives their answers.
 func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 	groups := b.renewGroups(ctx, rs)
 	ok := make([]bool, len(rs))
 	failed := make([]bool, len(rs))
 	errs := make([]error, len(groups))
+	lates := make([]*lateGroup, len(groups))
 	if len(groups) == 1 {
-		errs[0] = b.renewGroup(ctx, groups[0], ok, failed)
+		lates[0], errs[0] = b.renewGroup(ctx, groups[0], ok, failed)
 	} else {
 		var wg sync.WaitGroup
 		for i, g := range groups {
-			wg.Go(func() { errs[i] = b.renewGroup(ctx, g, ok, failed) })
+			wg.Go(func() { lates[i], errs[i] = b.renewGroup(ctx, g, ok, failed) })
 		}
 		wg.Wait()
 	}
@@ -39,13 +42,38 @@ func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) 
 			break
 		}
 	}
-	switch {
-	case first == nil:
+	if first == nil {
 		return ok, nil
-	case !slices.Contains(failed, false):
-		return nil, unavailable("renew", first)
 	}
-	return ok, &partialRenewError{failed: failed, err: unavailable("renew", first)}
+	var err error = &partialRenewError{failed: failed, err: unavailable("renew", first)}
+	if !slices.Contains(failed, false) {
+		err = unavailable("renew", first)
+	}
+	lates = slices.DeleteFunc(lates, func(g *lateGroup) bool { return g == nil })
+	if len(lates) == 0 {
+		return ok, err
+	}
+	return ok, &lateRenewError{err: err, wait: func() (ok2, failed2 []bool) {
+		ok2, failed2 = slices.Clone(ok), slices.Clone(failed)
+		t := time.NewTimer(releaseBound) // as afterInFlight
+		defer t.Stop()
+		for _, g := range lates {
+			select {
+			case <-g.finished:
+				_ = g.settle(ok2, failed2) // what is still unanswered stays failed
+			case <-t.C:
+				return ok2, failed2
+			}
+		}
+		return ok2, failed2
+	}}
+}
+
+// lateGroup is a pipeline given up by its context while still on its way: once finished is
+// closed, settle sets the answers it got.
+type lateGroup struct {
+	finished <-chan struct{}
+	settle   func(ok, failed []bool) error
 }
 
 // renewBatch is one renew script call: the lock keys of one slot (at most renewChunk), with
@@ -105,9 +133,10 @@ func (b *redisBackend) renewGroups(ctx context.Context, rs []renewal) [][]*renew
 // it returns the first such call's error. Calls fail one by one: a script refused for its
 // slot alone (TRYAGAIN while the slot migrates) costs only that slot's renewals, and those
 // are sent again one key per call, which Redis runs where each key is now (go-redis follows
-// the ASK redirection of a key already moved). A call given up by its context may still
-// finish: it writes nothing then.
-func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok, failed []bool) error {
+// the ASK redirection of a key already moved). A pipeline given up by its context while on
+// its way fails every renewal of the group, and is returned as a lateGroup: it may still be
+// answered.
+func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok, failed []bool) (*lateGroup, error) {
 	type answer struct {
 		vals []int64
 		err  error
@@ -152,30 +181,40 @@ func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok
 		}
 		return out[0].err
 	})
+	// settle reads what the call left: only once it is over.
+	settle := func(ok, failed []bool) error {
+		if answers == nil {
+			return nil // nothing was sent: every renewal stays failed
+		}
+		var first error
+		for i, bt := range sent {
+			a := answers[i]
+			for j, idx := range bt.idx {
+				if a.err == nil && j < len(a.vals) {
+					ok[idx], failed[idx] = a.vals[j] == 1, false
+					continue
+				}
+				failed[idx] = true
+				if first == nil {
+					first = cmp.Or(a.err, errors.New("renewal not answered"))
+				}
+			}
+		}
+		return first
+	}
 	var abandoned *inFlightError
 	if errors.As(err, &abandoned) || answers == nil {
-		// The call was given up (it may still be running: answers is not read) or nothing
-		// was sent: every renewal's outcome is unknown.
+		// The call was given up (it may still be running: answers is not read until it is
+		// over) or nothing was sent: every renewal's outcome is unknown for now.
 		for _, bt := range batches {
 			for _, i := range bt.idx {
 				failed[i] = true
 			}
 		}
-		return err
-	}
-	var first error
-	for i, bt := range sent {
-		a := answers[i]
-		for j, idx := range bt.idx {
-			if a.err == nil && j < len(a.vals) {
-				ok[idx] = a.vals[j] == 1
-				continue
-			}
-			failed[idx] = true
-			if first == nil {
-				first = cmp.Or(a.err, errors.New("renewal not answered"))
-			}
+		if abandoned != nil {
+			return &lateGroup{finished: abandoned.finished, settle: settle}, err
 		}
+		return nil, err
 	}
-	return first
+	return nil, settle(ok, failed)
 }

@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"errors"
+	"math"
+	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -10,8 +12,9 @@ import (
 
 // watchdog renews the leases of one Client. One goroutine serves all locks: it wakes when the
 // earliest renewal is due, takes every lease due within a tenth of its lease as well, and renews
-// them with one pipelined batch (see backend.renew), so 10,000 held locks cost a handful of
-// requests per period instead of 10,000. The goroutine runs only while leases are watched.
+// them with one pipelined batch (see backend.renew; one per timeout class, see renew), so 10,000
+// held locks cost a handful of requests per period instead of 10,000. The goroutine runs only
+// while leases are watched.
 type watchdog struct {
 	c *Client
 
@@ -196,6 +199,12 @@ func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 	return due, next, true
 }
 
+// renew renews due, in timeout classes (see renewClass) called in parallel: a call is given up
+// after a third of the shortest lease it renews, so a short lease (a handed-off WithTTL lease
+// confirmed to what is left of its ttl) must not share the call of long ones, or under a
+// latency of more than its third every long lease in the batch would fail its renewal with it,
+// time after time. Leases of one length, the common case, make one class: one call, one round
+// trip per node.
 func (w *watchdog) renew(due []*lease) {
 	// A lease with a Refresh in flight waits for a retry: two renewals must not cross.
 	due = slices.DeleteFunc(due, func(l *lease) bool {
@@ -207,69 +216,125 @@ func (w *watchdog) renew(due []*lease) {
 			return true
 		}
 	})
-	var err error
-	defer func() {
-		// A renewal given up while its call may still reach Redis keeps its lease's token
-		// until the call is over, as Refresh does for its own calls: a Refresh that took it
-		// now could be applied first and then cut short by the late renewal. The others
-		// (renewed, or refused) give it back at once.
-		var late []*lease
-		var fl *inFlightError
-		inFlight := errors.As(err, &fl)
-		for i, l := range due {
-			if inFlight && renewFailed(err, i) {
-				late = append(late, l)
-				continue
-			}
-			<-l.renewing
-		}
-		if len(late) > 0 {
-			go func() {
-				afterInFlight(err)
-				for _, l := range late {
-					<-l.renewing
-				}
-			}()
-		}
-	}()
 	if len(due) == 0 {
 		return
 	}
 	rs := make([]renewal, len(due))
-	timeout := time.Duration(1<<63 - 1)
+	classes := map[int][]int{}
 	for i, l := range due {
 		rs[i] = renewal{key: l.key, owner: l.owner, names: l.names, ttl: l.renewTTL()}
-		timeout = min(timeout, rs[i].ttl/3)
+		c := timeoutClass(rs[i].ttl)
+		classes[c] = append(classes[c], i)
 	}
-	// A renewal is useless after a third of the lease: the next one is due by then.
-	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 10*time.Millisecond))
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() { // Close interrupts an in-flight batch.
+	go func() { // Close interrupts the calls in flight.
 		select {
 		case <-w.stop:
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
+	if len(classes) == 1 {
+		w.renewClass(ctx, due, rs)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, idx := range classes {
+		wg.Go(func() { w.renewClass(ctx, pick(due, idx), pick(rs, idx)) })
+	}
+	wg.Wait()
+}
+
+// renewTimeout is how long a renewal to ttl is waited for: a third of the lease, when the
+// next one is due (at least 10 ms).
+func renewTimeout(ttl time.Duration) time.Duration { return max(ttl/3, 10*time.Millisecond) }
+
+// timeoutClass puts renewals whose timeouts are within a factor of two of each other in one
+// class: none is given up before half its own timeout.
+func timeoutClass(ttl time.Duration) int {
+	return bits.Len64(uint64(renewTimeout(ttl) / (10 * time.Millisecond)))
+}
+
+// renewClass sends the renewals rs of due in one call, given up after the shortest
+// renewTimeout among them. A call given up while it may still reach Redis (a go-redis client
+// without ContextTimeoutEnabled lets it go on) keeps its leases' tokens until it is over, as
+// Refresh does for its own calls: a Refresh that took a token now could be applied first and
+// then cut short by the late renewal. Its answers count then: one that comes before a lease's
+// local deadline renews the lease (the script found the lock still ours). Thrown away, the
+// renewal would be sent again only once the late call is over, with that much less of the
+// lease left, into the same latency.
+func (w *watchdog) renewClass(ctx context.Context, due []*lease, rs []renewal) {
+	timeout := time.Duration(math.MaxInt64)
+	for _, r := range rs {
+		timeout = min(timeout, renewTimeout(r.ttl))
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	sent := time.Now()
-	var ok []bool
-	ok, err = w.c.be.renew(ctx, rs)
-	renewed, failed := 0, 0
+	ok, err := w.c.be.renew(ctx, rs)
+	failed := make([]bool, len(rs))
+	for i := range failed {
+		failed[i] = renewFailed(err, i)
+	}
+	var late *lateRenewError
+	if !errors.As(err, &late) {
+		w.settle(due, rs, sent, ok, failed, err)
+		return
+	}
+	var now, later []int
 	for i, l := range due {
-		releasing := l.releasing()
-		unknown := renewFailed(err, i)
-		if unknown {
-			failed++
+		if failed[i] {
+			l.retryLater()
+			later = append(later, i)
+		} else {
+			now = append(now, i)
 		}
+	}
+	w.settle(pick(due, now), pick(rs, now), sent, pick(ok, now), pick(failed, now), nil)
+	w.wg.Add(1) // within the loop's own count: close waits for it
+	go func() {
+		defer w.wg.Done()
+		ok, failed := late.wait()
+		w.settle(pick(due, later), pick(rs, later), sent, pick(ok, later), pick(failed, later), err)
+		select { // some may be due again at once
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// pick returns the elements idx of s.
+func pick[T any](s []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = s[i]
+	}
+	return out
+}
+
+// settle applies the answers to the renewals rs of due, sent at sent, and gives the leases
+// their tokens back: ok[i] renewed, !ok[i] lost, failed[i] outcome unknown (retried).
+func (w *watchdog) settle(due []*lease, rs []renewal, sent time.Time, ok, failed []bool, err error) {
+	if len(due) == 0 {
+		return
+	}
+	renewed, unknown := 0, 0
+	for i, l := range due {
 		switch {
-		case releasing, unknown:
+		case l.releasing(), failed[i]:
 			// Releasing: its release takes it out, or, if a hold turns out to be left after
 			// all, renews it later. Failed: if no renewal gets through, the local expiry ends
 			// the lease before Redis can hand the lock to someone else.
+			if failed[i] {
+				unknown++
+			}
 			l.retryLater()
 		case ok[i]:
+			if !l.extended(sent, rs[i].ttl) {
+				break // ended before the answer came
+			}
 			renewed++
-			l.extended(sent, rs[i].ttl)
 			l.mu.Lock()
 			l.renewAt = sent.Add(l.ttl / 3)
 			l.retrying = false
@@ -282,12 +347,24 @@ func (w *watchdog) renew(due []*lease) {
 		default:
 			l.end(lost("renewal found the lock gone or owned by another owner"))
 		}
+		<-l.renewing
 	}
 	w.c.tel.renewed(renewed)
-	if err != nil {
-		w.c.log.Warn("dlock: renewal failed; retrying", "locks_failed", failed, "locks", len(rs), "err", err)
+	if unknown > 0 {
+		w.c.log.Warn("dlock: renewal failed; retrying", "locks_failed", unknown, "locks", len(rs), "err", err)
 	}
 }
+
+// lateRenewError is the error of a renew call given up by its context while some of its calls
+// were still on their way: wait blocks until those are over (for at most releaseBound) and
+// returns ok and failed as they are then, the answers that came in late included.
+type lateRenewError struct {
+	err  error
+	wait func() (ok, failed []bool)
+}
+
+func (e *lateRenewError) Error() string { return e.err.Error() }
+func (e *lateRenewError) Unwrap() error { return e.err }
 
 // close stops the loop, ends every watched lease and waits for background work.
 func (w *watchdog) close() {
