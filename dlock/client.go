@@ -27,8 +27,11 @@ type Client struct {
 	closed atomic.Bool
 	// closing is closed by Close: waits in progress end with ErrClosed.
 	closing chan struct{}
-	mu      sync.Mutex     // orders beginWait and hold against Close
+	mu      sync.Mutex     // orders beginWait, hold and untilClose against Close
 	waits   sync.WaitGroup // waits in progress, which leave the line before Close goes on
+	// ends holds the cancellations of the acquisitions in progress that Close ends (see
+	// untilClose). Guarded by mu.
+	ends map[*context.CancelCauseFunc]struct{}
 	// leaveRetries counts the leaves being tried again (see leaveLine), at most
 	// maxLeaveRetries.
 	leaveRetries atomic.Int64
@@ -81,16 +84,24 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 // in progress, the pub/sub connection and the calls their contexts gave up, then at most 5 s
 // for the clean-ups (a waiter leaving the line) and renewals in flight. What still waits for
 // Redis then goes on in the background until Redis answers, or its context (a clean-up's:
-// 5 s) ends: an acquisition whose look is unanswered returns then, and a waiter that could
-// not leave the line is dropped from it by Redis three retry intervals after its last look.
+// 5 s) ends: a waiter that could not leave the line is dropped from it by Redis three retry
+// intervals after its last look. An acquisition whose call is unanswered (a look, a
+// re-entry) returns ErrClosed at Close whatever its context; its clean-up, in the
+// background, takes out a lock that call may still take once Redis answers, or the lock
+// ends with its lease.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed.Swap(true) {
 		c.mu.Unlock()
 		return nil
 	}
+	ends := c.ends
+	c.ends = nil
 	c.mu.Unlock()
 	close(c.closing)
+	for end := range ends {
+		(*end)(ErrClosed)
+	}
 	// The store ends its listens first, so every wait in progress sees Close. Each then
 	// takes its place out of line, in the background, which the watchdog's close waits for:
 	// a release would otherwise hand the lock to one of them, and the key would stay
@@ -137,6 +148,44 @@ func waitUntil(wait func(), expired <-chan struct{}) {
 	case <-done:
 	case <-expired:
 	}
+}
+
+// untilClose returns ctx for the calls of an acquisition, ended (cause ErrClosed) when Close
+// begins if the store client's timeouts do not bound its calls (go-redis ReadTimeout -1): a
+// look that Redis does not answer then ends at Close, not when Redis answers or ctx ends,
+// which may be never. done must be called when the acquisition is over. With a bounded
+// client, ctx is returned as it is: every call ends within the client's timeouts.
+func (c *Client) untilClose(ctx context.Context) (_ context.Context, done func()) {
+	if c.be.bounded() {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	end := &cancel
+	c.mu.Lock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		cancel(ErrClosed)
+		return ctx, func() {}
+	}
+	if c.ends == nil {
+		c.ends = map[*context.CancelCauseFunc]struct{}{}
+	}
+	c.ends[end] = struct{}{}
+	c.mu.Unlock()
+	return ctx, func() {
+		c.mu.Lock()
+		delete(c.ends, end)
+		c.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// closedErr is err, or ErrClosed when err is ctx's end and Close ended ctx (see untilClose).
+func closedErr(ctx context.Context, err error) error {
+	if err != nil && errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), ErrClosed) {
+		return ErrClosed
+	}
+	return err
 }
 
 // beginWait registers a wait that Close lets leave the line before it goes on; it reports
@@ -295,9 +344,12 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 		return nil, refused
 	}
 	ac := acquireOptions(opts)
+	calls, done := c.untilClose(ctx)
+	defer done()
 	if outer := heldIn(ctx, c, key); outer != nil {
 		span.reentry()
-		lk, err := outer.reenter(ctx, ac.skipCompleted)
+		lk, err := outer.reenter(calls, ac.skipCompleted)
+		err = closedErr(calls, err)
 		c.tel.endAcquire(ctx, span, grant{attempts: 1}, err)
 		return lk, err
 	}
@@ -305,6 +357,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	if r.ttl == 0 {
 		r.ttl = c.cfg.lease
 	}
+	tctx := ctx // the caller's, for the telemetry
+	ctx = calls
 	look := ctx // the context of the first look at the lock
 	if wait && ac.maxWait > 0 {
 		start := time.Now()
@@ -360,7 +414,8 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 			err = ErrClosed
 		}
 	}
-	c.tel.endAcquire(ctx, span, g, err)
+	err = closedErr(calls, err)
+	c.tel.endAcquire(tctx, span, g, err)
 	if err != nil {
 		return nil, err
 	}

@@ -54,27 +54,11 @@ func TestCloseBoundedOnSilentRedisWithoutReadTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := redistest.Start(t)
-			rdb := srv.Client(t)
 			dials := &dialGate{held: make(chan struct{}), open: make(chan struct{})}
-			// No read timeout: go-redis waits for a reply for as long as it takes.
-			c := newClient(t, srv.Client(t, func(o *redis.Options) { o.ReadTimeout, o.Dialer = -1, dials.dial }),
-				dlock.WithLease(time.Second))
-			r := silentRig{ctx: testContext(t, 2*time.Minute), c: c, other: newClient(t, rdb), rdb: rdb,
-				key: uniqueKey(t), dials: dials}
+			r, pid := newSilentRig(t, false, dials, dlock.WithLease(time.Second))
 			silent, check := tc.start(t, r)
 
-			pid := srv.PID()
-			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			waitStopped(t, pid)
-			var resumed atomic.Bool
-			resume := func() {
-				if resumed.CompareAndSwap(false, true) {
-					_ = syscall.Kill(pid, syscall.SIGCONT)
-				}
-			}
+			resume := stopRedis(t, pid)
 			defer resume()
 			if silent != nil {
 				silent()
@@ -82,7 +66,7 @@ func TestCloseBoundedOnSilentRedisWithoutReadTimeout(t *testing.T) {
 
 			closed := make(chan error, 1)
 			start := time.Now()
-			go func() { closed <- c.Close() }()
+			go func() { closed <- r.c.Close() }()
 			select {
 			case err := <-closed:
 				if err != nil {
@@ -104,6 +88,40 @@ func TestCloseBoundedOnSilentRedisWithoutReadTimeout(t *testing.T) {
 				check()
 			}
 		})
+	}
+}
+
+// newSilentRig starts a Redis server and makes the rig of a case on it: c on a go-redis
+// client without read timeout (ReadTimeout -1: go-redis waits for a reply for as long as it
+// takes), with ContextTimeoutEnabled as ctxTimeouts and its dials through dials (nil:
+// plain). It returns the server's process id.
+func newSilentRig(t *testing.T, ctxTimeouts bool, dials *dialGate, opts ...dlock.Option) (silentRig, int) {
+	t.Helper()
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	c := newClient(t, srv.Client(t, func(o *redis.Options) {
+		o.ReadTimeout, o.ContextTimeoutEnabled = -1, ctxTimeouts
+		if dials != nil {
+			o.Dialer = dials.dial
+		}
+	}), opts...)
+	return silentRig{ctx: testContext(t, 2*time.Minute), c: c, other: newClient(t, rdb), rdb: rdb,
+		key: uniqueKey(t), dials: dials}, srv.PID()
+}
+
+// stopRedis stops the redis-server process pid (SIGSTOP): it keeps its connections and
+// answers nothing. The returned resume lets it go on; calls after the first do nothing.
+func stopRedis(t *testing.T, pid int) (resume func()) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, pid)
+	var resumed atomic.Bool
+	return func() {
+		if resumed.CompareAndSwap(false, true) {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
 	}
 }
 

@@ -192,8 +192,10 @@ func TestMaxWaitAndContext(t *testing.T) {
 	}
 
 	for _, d := range []time.Duration{0, -time.Second} {
-		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		// start before the context: its deadline is then at least 300 ms after start, and a
+		// wait that lasts until it takes at least that long.
 		start = time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, err = c.Acquire(wctx, key, dlock.WithMaxWait(d))
 		took := time.Since(start)
 		cancel()

@@ -155,6 +155,12 @@ func (c *Client) obtain(ctx, first context.Context, r acquireRequest) (g grant, 
 	}
 	for {
 		if look {
+			if isClosed(c.closing) {
+				// Close began while this wait went to look (after a notice, or the loss of
+				// its subscription): a look would only put it back in line.
+				c.cleanup(ctx, r, nil) // Close waits for it
+				return g, ErrClosed
+			}
 			if res, err = try(ctx); err != nil {
 				return g, lookFailed(ctx, err)
 			}
