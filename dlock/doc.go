@@ -30,7 +30,8 @@
 //     Acquire returns (if Redis does not answer that within 100 ms, Acquire returns anyway
 //     and the place is given up in the background), and one whose Client closes before Close
 //     returns (with a go-redis client without ReadTimeout, Close gives up on a Redis that
-//     does not answer after at most 10 s, and the place expires by itself); a waiter paused
+//     does not answer after at most 10 s, and the place expires by itself; an acquisition
+//     whose look Redis does not answer returns ErrClosed at Close); a waiter paused
 //     past the short lease of a hand-off, which then went on, ignores the stale message and
 //     queues again. An acquisition that failed leaves no lock
 //     behind though its look may have taken one (its reply lost, or its script reaching Redis
@@ -43,8 +44,10 @@
 //     lease; renewals of much shorter leases (a handed-off WithTTL lock being confirmed) go
 //     in a call of their own, so they do not cut the others short. A renewal given up while
 //     still on its way (go-redis without ContextTimeoutEnabled lets it go on) is waited for,
-//     and its answer still renews the lock if it comes before the lease ends on the holder's
-//     clock. Renewal stops the moment the lock is released.
+//     each node's call on its own, and its answer still renews the lock if it comes before the
+//     lease ends on the holder's clock; one that comes later frees the lock in Redis, which
+//     renewed it for nobody. Refresh treats its late answers the same way. Renewal stops the
+//     moment the lock is released.
 //   - Lost locks are reported: Done closes and the context from WithLock is cancelled with
 //     cause ErrLockLost when a renewal finds the lock gone or taken, and also when renewals do
 //     not get through before the lease ends on the holder's own clock (measured from when the

@@ -81,11 +81,12 @@ func (l *lease) start(base time.Time, valid time.Duration) {
 }
 
 // extended records a successful renewal sent at sent for ttl. It reports false when the lease
-// has ended already: an answer that came after the local deadline renews nothing.
+// has ended already, or is ending (its expiry fired, and end waits for l.mu): an answer that
+// came after the local deadline renews nothing.
 func (l *lease) extended(sent time.Time, ttl time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended {
+	if l.ended || !l.expiry.Stop() {
 		return false
 	}
 	l.deadline = sent.Add(ttl - drift(ttl))
@@ -101,7 +102,9 @@ func (l *lease) shortened(sent time.Time, ttl time.Duration) {
 	if l.ended {
 		return
 	}
-	if d := sent.Add(ttl - drift(ttl)); d.Before(l.deadline) {
+	// Not once the expiry has fired: re-armed, it would run end again, and extended could
+	// then stop the new one and renew a lease that is ending.
+	if d := sent.Add(ttl - drift(ttl)); d.Before(l.deadline) && l.expiry.Stop() {
 		l.deadline = d
 		l.expiry.Reset(time.Until(d))
 	}

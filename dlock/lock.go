@@ -175,7 +175,10 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 // ErrNotHeld for a released hold, an error matching ErrLockLost when the lock was lost (also
 // when someone else owns it now: their lock is not touched), ErrUnavailable wrapping Redis
 // errors or the context's end, and an error for a ttl below MinLease. When the outcome is
-// unknown (ErrUnavailable), the lock counts on the shorter of its old lease and ttl.
+// unknown (ErrUnavailable), the lock counts on the shorter of its old lease and ttl, until the
+// answer of a call given up by ctx but still on its way comes: it counts then as if it had
+// come in time. An answer that comes after the lease ended on our clock renews nothing (the
+// error matches ErrLockLost), and frees the lock in Redis.
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if ttl < MinLease {
 		return fmt.Errorf("dlock: refresh: ttl must be at least %v, got %v", MinLease, ttl)
@@ -194,20 +197,38 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		// The outcome is unknown: Redis may have applied ttl, or may yet (a call given up by
 		// its context still runs). Count on the shorter of the two leases, and let no other
-		// renewal start until the call is over, so the two cannot cross. A lease the
-		// watchdog renews may now end before its next renewal: renew it once the call is over.
+		// renewal start until the call is over, so the two cannot cross. Its answer, if it
+		// comes, counts as the watchdog's late answers do; without one, a lease the watchdog
+		// renews may now end before its next renewal: renew it once the call is over.
 		l.shortened(sent, ttl)
 		go func() {
-			afterInFlight(err)
+			renewedAt := time.Now()
+			var late *lateRenewError
+			if errors.As(err, &late) && len(late.parts) == 1 {
+				if ok, failed := late.parts[0].wait(); !failed[0] {
+					_ = l.refreshed(sent, ttl, ok[0])
+					renewedAt = sent.Add(ttl / 3)
+				}
+			} else {
+				afterInFlight(err)
+			}
 			<-l.renewing
 			if wd := l.watcher(); wd != nil {
-				wd.renewBy(l, time.Now())
+				wd.renewBy(l, renewedAt)
 			}
 		}()
 		return err
 	}
 	defer func() { <-l.renewing }()
-	if !ok[0] {
+	return l.refreshed(sent, ttl, ok[0])
+}
+
+// refreshed applies the answer to a Refresh to ttl sent at sent, and returns what Refresh
+// returns: ok, the lock is ours for ttl from then (unless the lease ended on our clock before
+// the answer came: then it is freed in Redis, where it is held for nobody); not ok, it is
+// gone.
+func (l *lease) refreshed(sent time.Time, ttl time.Duration, ok bool) error {
+	if !ok {
 		if l.releasing() {
 			// The last hold's release (here, or on another goroutine) freed the key while
 			// this Refresh was on its way: released, not lost. The release reports a loss.
@@ -217,7 +238,13 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		l.end(err)
 		return err
 	}
-	l.extended(sent, ttl)
+	if !l.extended(sent, ttl) {
+		if !l.releasing() {
+			l.c.wd.free(l)
+		}
+		<-l.done() // ended, or ending (see extended)
+		return l.err()
+	}
 	l.mu.Lock()
 	fixedHandOff := l.confirm && !l.auto
 	l.confirm = false // the lease is ttl now: no confirmation renewal may set it back

@@ -19,7 +19,8 @@ const renewChunk = 1000
 // round trip per node for any number of locks. On a Cluster each node gets a pipeline of its
 // own, sent in parallel, so a node that does not answer fails only the renewals of its own
 // locks (a *partialRenewError); the locks of the other nodes are renewed. When ctx ends while
-// calls are still on their way, the error is a *lateRenewError whose wait gives their answers.
+// calls are still on their way, the error is a *lateRenewError with a part for each of those
+// calls (one per node), whose wait gives its answers as they come.
 func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 	groups := b.renewGroups(ctx, rs)
 	ok := make([]bool, len(rs))
@@ -49,29 +50,33 @@ func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) 
 	if !slices.Contains(failed, false) {
 		err = unavailable("renew", first)
 	}
-	lates = slices.DeleteFunc(lates, func(g *lateGroup) bool { return g == nil })
-	if len(lates) == 0 {
-		return ok, err
-	}
-	return ok, &lateRenewError{err: err, wait: func() (ok2, failed2 []bool) {
-		ok2, failed2 = slices.Clone(ok), slices.Clone(failed)
-		t := time.NewTimer(releaseBound) // as afterInFlight
-		defer t.Stop()
-		for _, g := range lates {
+	var parts []lateRenewal
+	for _, g := range lates {
+		if g == nil {
+			continue
+		}
+		parts = append(parts, lateRenewal{idx: g.idx, wait: func() (ok2, failed2 []bool) {
+			ok2, failed2 = slices.Clone(ok), slices.Clone(failed)
+			t := time.NewTimer(releaseBound) // as afterInFlight
+			defer t.Stop()
 			select {
 			case <-g.finished:
 				_ = g.settle(ok2, failed2) // what is still unanswered stays failed
 			case <-t.C:
-				return ok2, failed2
 			}
-		}
-		return ok2, failed2
-	}}
+			return ok2, failed2
+		}})
+	}
+	if len(parts) == 0 {
+		return ok, err
+	}
+	return ok, &lateRenewError{err: err, parts: parts}
 }
 
-// lateGroup is a pipeline given up by its context while still on its way: once finished is
-// closed, settle sets the answers it got.
+// lateGroup is a pipeline given up by its context while still on its way, with the renewals
+// idx it carries: once finished is closed, settle sets the answers it got.
 type lateGroup struct {
+	idx      []int
 	finished <-chan struct{}
 	settle   func(ok, failed []bool) error
 }
@@ -212,7 +217,11 @@ func (b *redisBackend) renewGroup(ctx context.Context, batches []*renewBatch, ok
 			}
 		}
 		if abandoned != nil {
-			return &lateGroup{finished: abandoned.finished, settle: settle}, err
+			g := &lateGroup{finished: abandoned.finished, settle: settle}
+			for _, bt := range batches {
+				g.idx = append(g.idx, bt.idx...)
+			}
+			return g, err
 		}
 		return nil, err
 	}

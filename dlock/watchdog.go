@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -263,7 +264,8 @@ func timeoutClass(ttl time.Duration) int {
 // then cut short by the late renewal. Its answers count then: one that comes before a lease's
 // local deadline renews the lease (the script found the lock still ours). Thrown away, the
 // renewal would be sent again only once the late call is over, with that much less of the
-// lease left, into the same latency.
+// lease left, into the same latency. Each node's call is waited for on its own: a silent
+// node must not hold up the answers of the others, nor the retries of those that failed.
 func (w *watchdog) renewClass(ctx context.Context, due []*lease, rs []renewal) {
 	timeout := time.Duration(math.MaxInt64)
 	for _, r := range rs {
@@ -282,26 +284,45 @@ func (w *watchdog) renewClass(ctx context.Context, due []*lease, rs []renewal) {
 		w.settle(due, rs, sent, ok, failed, err)
 		return
 	}
-	var now, later []int
-	for i, l := range due {
-		if failed[i] {
-			l.retryLater()
-			later = append(later, i)
-		} else {
+	if ok == nil {
+		ok = make([]bool, len(rs))
+	}
+	onTheWay := make([]bool, len(rs))
+	for _, p := range late.parts {
+		for _, i := range p.idx {
+			onTheWay[i] = true
+		}
+	}
+	var now []int
+	for i := range due {
+		if !onTheWay[i] {
 			now = append(now, i)
 		}
 	}
-	w.settle(pick(due, now), pick(rs, now), sent, pick(ok, now), pick(failed, now), nil)
-	w.wg.Add(1) // within the loop's own count: close waits for it
-	go func() {
-		defer w.wg.Done()
-		ok, failed := late.wait()
-		w.settle(pick(due, later), pick(rs, later), sent, pick(ok, later), pick(failed, later), err)
-		select { // some may be due again at once
-		case w.wake <- struct{}{}:
-		default:
+	w.settle(pick(due, now), pick(rs, now), sent, pick(ok, now), pick(failed, now), err)
+	// The loop renews one batch at a time, and a lease left out of a batch waits for it: it
+	// is woken once every call is over, so that answers that come together (every node under
+	// the same latency) are renewed together. Until then it looks at the leases whose call is
+	// on its way at each retry (see retryLater), and renews those answered.
+	var pending atomic.Int64
+	pending.Store(int64(len(late.parts)))
+	for _, p := range late.parts {
+		for _, i := range p.idx {
+			due[i].retryLater()
 		}
-	}()
+		w.wg.Add(1) // within the loop's own count: close waits for it
+		go func() {
+			defer w.wg.Done()
+			ok, failed := p.wait()
+			w.settle(pick(due, p.idx), pick(rs, p.idx), sent, pick(ok, p.idx), pick(failed, p.idx), err)
+			if pending.Add(-1) == 0 {
+				select { // some may be due again at once
+				case w.wake <- struct{}{}:
+				default:
+				}
+			}
+		}()
+	}
 }
 
 // pick returns the elements idx of s.
@@ -332,7 +353,10 @@ func (w *watchdog) settle(due []*lease, rs []renewal, sent time.Time, ok, failed
 			l.retryLater()
 		case ok[i]:
 			if !l.extended(sent, rs[i].ttl) {
-				break // ended before the answer came
+				// Ended before the answer came: the holder was told the lock is lost, and
+				// Redis now holds it for a whole lease that nobody uses.
+				w.free(l)
+				break
 			}
 			renewed++
 			l.mu.Lock()
@@ -355,11 +379,35 @@ func (w *watchdog) settle(due []*lease, rs []renewal, sent time.Time, ok, failed
 	}
 }
 
+// free releases in Redis, in the background, the lock of l, which ended on our clock before
+// a renewal that Redis applied was answered, so that a waiter gets it now rather than once
+// that renewal's lease ends. The release script's owner check keeps this safe whatever
+// happened since. It releases the first hold: a re-entrant hold still open keeps the lock
+// until the holder releases it (a release of a lost hold is sent to Redis too). Not once
+// Close has begun: locks held at Close expire at the end of their lease.
+func (w *watchdog) free(l *lease) {
+	w.background(func() {
+		ctx, cancel := w.c.boundedContext(context.Background())
+		defer cancel()
+		_, err := w.c.be.release(ctx, releaseRequest{key: l.key, owner: l.owner, entry: "1", names: l.names})
+		if err != nil {
+			w.c.log.Warn("dlock: freeing a lock renewed after it was lost failed; it expires at the end of its lease",
+				"key_hash", KeyHash(l.key), "err", err)
+		}
+	})
+}
+
 // lateRenewError is the error of a renew call given up by its context while some of its calls
-// were still on their way: wait blocks until those are over (for at most releaseBound) and
-// returns ok and failed as they are then, the answers that came in late included.
+// were still on their way: one part for each such call, naming its renewals (positions in rs),
+// whose wait blocks until that call is over (for at most releaseBound) and returns ok and
+// failed, indexed as rs, with its answers set (what is still unanswered stays failed).
 type lateRenewError struct {
-	err  error
+	err   error
+	parts []lateRenewal
+}
+
+type lateRenewal struct {
+	idx  []int
 	wait func() (ok, failed []bool)
 }
 

@@ -108,10 +108,14 @@ func TestLateRenewalAnswerKeepsLock(t *testing.T) {
 }
 
 // heldAnswers gives up every renewal at its context's end while the call goes on, and holds
-// its answers back (lateRenewError.wait) until answer is closed.
+// its answers back (lateRenewError) until answer is closed. With apply set, the call reaches
+// Redis only once apply is closed; gaveUp, if set, is closed when the first call is given up.
 type heldAnswers struct {
 	backend
 	answer chan struct{}
+	apply  chan struct{}
+	gaveUp chan struct{}
+	once   sync.Once
 }
 
 func (b *heldAnswers) renew(ctx context.Context, rs []renewal) ([]bool, error) {
@@ -121,11 +125,17 @@ func (b *heldAnswers) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
+		if b.apply != nil {
+			<-b.apply
+		}
 		ok, err := b.backend.renew(context.WithoutCancel(ctx), rs)
 		done <- result{ok, err}
 	}()
 	<-ctx.Done()
-	return nil, &lateRenewError{err: unavailable("renew", ctx.Err()), wait: func() ([]bool, []bool) {
+	if b.gaveUp != nil {
+		b.once.Do(func() { close(b.gaveUp) })
+	}
+	return nil, lateAnswer(unavailable("renew", ctx.Err()), len(rs), func() ([]bool, []bool) {
 		r := <-done
 		<-b.answer
 		failed := make([]bool, len(rs))
@@ -133,7 +143,81 @@ func (b *heldAnswers) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 			failed[i] = renewFailed(r.err, i)
 		}
 		return r.ok, failed
-	}}
+	})
+}
+
+// lateAnswer is the error of a renewal of n locks in one call given up on its way, whose
+// wait gives its answers.
+func lateAnswer(err error, n int, wait func() (ok, failed []bool)) *lateRenewError {
+	return &lateRenewError{err: err, parts: []lateRenewal{{idx: seq(n), wait: wait}}}
+}
+
+// seq returns 0, 1, ..., n-1.
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+// A renewal that reached Redis in time but was answered after the lease ended on the
+// holder's clock has Redis hold the lock for a whole lease that nobody uses: the holder was
+// told it lost the lock. It is freed in Redis instead, and a waiter gets it at once, not
+// when that lease ends.
+func TestLateRenewalAnswerPastDeadlineFreesLock(t *testing.T) {
+	const lease = 4 * time.Second
+	held := &heldAnswers{answer: make(chan struct{}), apply: make(chan struct{}), gaveUp: make(chan struct{})}
+	c, srv, ctx := testClient(t, lease, func(b backend) backend { held.backend = b; return held })
+	other := New(srv.Client(t))
+	defer other.Close()
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+
+	key := t.Name()
+	lk, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lock, 1)
+	go func() {
+		lk2, err := other.Acquire(wctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk2
+	}()
+	// The renewal, given up after a third of the lease, reaches Redis late in the lease and
+	// renews it there for a whole lease from then; its answer comes once the lease has ended.
+	<-held.gaveUp
+	lk.l.mu.Lock()
+	deadline := lk.l.deadline
+	lk.l.mu.Unlock()
+	time.Sleep(time.Until(deadline.Add(-lease / 8)))
+	close(held.apply)
+	<-lk.Done()
+	answered := time.Now()
+	close(held.answer)
+
+	var lk2 *Lock
+	select {
+	case lk2 = <-got:
+	case <-time.After(lease / 2):
+		wcancel()
+		<-got
+		t.Fatalf("a waiter did not get the lock within %v of the late answer that found it "+
+			"renewed past the holder's deadline: Redis kept it for nobody", lease/2)
+	}
+	if lk2 == nil {
+		t.FailNow()
+	}
+	t.Logf("waiter got the lock %v after the late answer", time.Since(answered).Round(time.Millisecond))
+	if err := lk.Err(); !errors.Is(err, ErrLockLost) {
+		t.Fatalf("holder: Err = %v, want ErrLockLost", err)
+	}
+	if err := lk2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // An answer that comes after the lease ended on the holder's clock renews nothing, though
@@ -168,5 +252,36 @@ func TestLateRenewalAnswerPastDeadlineRenewsNothing(t *testing.T) {
 	if time.Until(deadline) > 0 {
 		t.Fatalf("the renewal answered past the deadline moved the lease's deadline %v ahead",
 			time.Until(deadline).Round(time.Millisecond))
+	}
+}
+
+// A renewal answered as the lease's expiry fires (its end about to run) renewed nothing:
+// extended reported the lease renewed, and the lease ended right after all the same, with
+// the renewal counted and the lock held in Redis for a whole lease by nobody.
+func TestRenewalAnsweredAsExpiryFiresRenewsNothing(t *testing.T) {
+	c, _, ctx := testClient(t, DefaultLease, nil)
+	lk, err := c.Acquire(ctx, t.Name(), WithTTL(time.Minute)) // not renewed: the test drives the lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lk.Release(ctx) }()
+	l := lk.l
+	// The expiry fires now, and its end waits until released: the state an answer meets in
+	// the instant between the two.
+	fired, release := make(chan struct{}), make(chan struct{})
+	l.mu.Lock()
+	l.expiry.Stop()
+	l.expiry = time.AfterFunc(0, func() {
+		close(fired)
+		<-release
+		l.end(lost("lease expired before it was renewed"))
+	})
+	l.mu.Unlock()
+	<-fired
+	renewed := l.extended(time.Now(), time.Minute)
+	close(release)
+	<-lk.Done()
+	if renewed {
+		t.Fatalf("extended reported a renewal of a lease whose expiry had fired; it ended right after: %v", lk.Err())
 	}
 }
