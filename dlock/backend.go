@@ -97,14 +97,21 @@ func (e *inFlightError) Unwrap() error { return e.err }
 // over, for at most releaseBound.
 func afterInFlight(err error) {
 	var fl *inFlightError
-	if !errors.As(err, &fl) {
-		return
+	if errors.As(err, &fl) {
+		awaitFinished(fl.finished)
 	}
+}
+
+// awaitFinished waits until finished, a call's end, is closed, for at most releaseBound; it
+// reports whether the call is over.
+func awaitFinished(finished <-chan struct{}) bool {
 	t := time.NewTimer(releaseBound)
 	defer t.Stop()
 	select {
-	case <-fl.finished:
+	case <-finished:
+		return true
 	case <-t.C:
+		return false
 	}
 }
 

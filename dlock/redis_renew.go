@@ -6,7 +6,6 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -57,12 +56,8 @@ func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) 
 		}
 		parts = append(parts, lateRenewal{idx: g.idx, wait: func() (ok2, failed2 []bool) {
 			ok2, failed2 = slices.Clone(ok), slices.Clone(failed)
-			t := time.NewTimer(releaseBound) // as afterInFlight
-			defer t.Stop()
-			select {
-			case <-g.finished:
+			if awaitFinished(g.finished) {
 				_ = g.settle(ok2, failed2) // what is still unanswered stays failed
-			case <-t.C:
 			}
 			return ok2, failed2
 		}})
