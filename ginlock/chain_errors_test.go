@@ -48,6 +48,12 @@ func TestErrorsWithNothingSentNotStored(t *testing.T) {
 			_ = c.Error(errors.New("card declined"))
 			c.AbortWithStatusJSON(http.StatusPaymentRequired, gin.H{"error": "card declined"})
 		}, http.StatusPaymentRequired, true},
+		// The error recorded after the answer (for a logging middleware): the chain was
+		// aborted before the body started, so this is no render that failed part-way.
+		{"error recorded after an answer of its own", true, func(c *gin.Context) {
+			c.AbortWithStatusJSON(http.StatusPaymentRequired, gin.H{"error": "card declined"})
+			_ = c.Error(errors.New("card declined"))
+		}, http.StatusPaymentRequired, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := router()

@@ -33,6 +33,7 @@ type recorder struct {
 	renderFailed  bool // after the body started, the chain recorded an error and aborted
 	errorsAtStart int  // errors recorded before the recorder was made (before ginlock)
 	errorsAtBody  int  // errors the chain had recorded when the body started
+	abortedAtBody bool // the chain was aborted when the body started (AbortWithStatusJSON)
 	gone          bool // the request's context ended before the handler returned
 	goneAtBody    bool // it had ended already when the body started
 	panicked      bool // the chain panicked after the response started
@@ -143,6 +144,7 @@ func (w *recorder) wrote(p []byte, err error) {
 	if len(p) > 0 {
 		if w.writes == 0 {
 			w.errorsAtBody = len(w.c.Errors)
+			w.abortedAtBody = w.c.IsAborted()
 			w.goneAtBody = w.c.Request.Context().Err() != nil
 		}
 		w.writes++
@@ -163,13 +165,15 @@ func (w *recorder) wrote(p []byte, err error) {
 //   - whether, after the body started and with no write failed, it recorded one and aborted,
 //     which is what gin's c.Render does when a render fails part-way (c.DataFromReader whose
 //     reader fails, a template that errors): the body may then be cut short although every
-//     write went out. After a failed write, the error gin records is that write's, and the
-//     rules of complete for a failed write apply.
+//     write went out. A chain aborted before its body started (AbortWithStatusJSON) answered
+//     on purpose: an error it records after that (for a logging middleware) is not a failed
+//     render. After a failed write, the error gin records is that write's, and the rules of
+//     complete for a failed write apply.
 func (w *recorder) chainDone() {
 	errs := len(w.c.Errors)
 	w.gone = w.c.Request.Context().Err() != nil
 	w.chainErrors = errs > w.errorsAtStart // an error logged by a middleware before ginlock is not the chain's
-	w.renderFailed = w.writes > 0 && !w.writeFailed && w.c.IsAborted() && errs > w.errorsAtBody
+	w.renderFailed = w.writes > 0 && !w.writeFailed && w.c.IsAborted() && !w.abortedAtBody && errs > w.errorsAtBody
 }
 
 // complete reports whether the kept body is all the handler meant to send. A body that
