@@ -100,6 +100,17 @@ func TestBusyWithUnderOneSecondLeftIsBusy(t *testing.T) {
 	if _, err := e.lock.Acquire(ctx, "account:short1", dlock.WithMaxWait(300*time.Millisecond)); !errors.Is(err, dlock.ErrNotObtained) {
 		t.Fatalf("warm-up on a held lock: %v, want not obtained", err)
 	}
+	// Open the slow client's connections before any task runs, as a worker that has served
+	// tasks has them: on the slow link a new connection costs three round trips more than
+	// the look itself (HELLO, CLIENT MAINT_NOTIFICATIONS, CLIENT SETINFO). Paid by the
+	// first attempt inside its 350 ms, they left it a fraction of the 300 ms margin that the
+	// test is about, and on a loaded machine it answered after the deadline. Repeated until
+	// a wait ends as one on a held lock does: under load, the probe that may end it can miss
+	// dlock's 100 ms bound and answer unavailable.
+	eventually(t, 10*time.Second, "a wait on the slow link to find the lock busy", func() bool {
+		_, err := slow.Acquire(ctx, "account:short1", dlock.WithMaxWait(50*time.Millisecond))
+		return errors.Is(err, dlock.ErrNotObtained)
+	})
 
 	var mu sync.Mutex
 	var cancels []context.CancelFunc
