@@ -187,8 +187,9 @@ func WithFailOpen() Option {
 
 // WithErrorHandler replaces the rendering of every response the middleware makes itself
 // (400, 409, 413, 422, 500, 503). f gets the status and the cause (see New); it should write
-// the response, and the middleware aborts the chain after it. Retry-After is already set
-// when it applies. Default DefaultErrorHandler (problem+json); nil restores it.
+// the response, and the middleware aborts the chain after it. The status and, when it
+// applies, Retry-After are already set: an f that writes nothing answers with an empty body
+// and that status. Default DefaultErrorHandler (problem+json); nil restores it.
 func WithErrorHandler(f func(c *gin.Context, status int, err error)) Option {
 	return optionFunc(func(c *config) {
 		c.onError = f

@@ -389,3 +389,26 @@ func TestUndeclaredPathParameter(t *testing.T) {
 		t.Fatalf("declared parameter: %d %s", w.Code, w.Body)
 	}
 }
+
+// An error handler that only logs, writing nothing, still answers with the middleware's
+// status: not gin's default 200, which would tell the client its request went through.
+func TestErrorHandlerThatWritesNothing(t *testing.T) {
+	e := setup(t)
+	r := router()
+	var seen []int
+	r.POST("/payments", ginlock.New(e.locks, payKey, ginlock.WithErrorHandler(func(c *gin.Context, status int, err error) {
+		seen = append(seen, status)
+	})), func(c *gin.Context) { c.Status(http.StatusCreated) })
+	w := do(r, req{path: "/payments", user: "alice"})
+	if w.Code != http.StatusBadRequest || len(seen) != 1 || seen[0] != http.StatusBadRequest {
+		t.Fatalf("no Idempotency-Key, error handler writes nothing: %d, handler saw %v; want 400", w.Code, seen)
+	}
+	key := idemKey(t)
+	if w := do(r, req{path: "/payments", user: "alice", key: key, body: `{"a":1}`}); w.Code != http.StatusCreated {
+		t.Fatalf("first request: %d", w.Code)
+	}
+	w = do(r, req{path: "/payments", user: "alice", key: key, body: `{"a":2}`})
+	if w.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("same key, other body, error handler writes nothing: %d, want 422", w.Code)
+	}
+}

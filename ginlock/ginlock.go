@@ -254,9 +254,12 @@ func (m *middleware) acquire(ctx context.Context, key string, replay bool) (*dlo
 	return m.client.Acquire(ctx, key, opts...)
 }
 
-// reject renders an error response through the error handler and stops the chain.
+// reject renders an error response through the error handler and stops the chain. The
+// status is set first: a handler that writes nothing (one that only logs) answers with it,
+// not with gin's default 200.
 func (m *middleware) reject(c *gin.Context, status int, err error) {
 	c.Set(rejectedKey{}, true)
+	c.Status(status)
 	m.cfg.onError(c, status, err)
 	c.Abort()
 }
