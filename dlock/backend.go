@@ -29,6 +29,12 @@ type backend interface {
 	// of its calls failed (a node of several that did not answer), err is a
 	// *partialRenewError and ok holds the answers of the others.
 	renew(ctx context.Context, rs []renewal) (ok []bool, err error)
+	// renewParts splits rs into the parts the store answers independently of each other
+	// (on a store of several servers, the renewals each server holds), as positions in rs.
+	// The watchdog sends each part in a renew call of its own and applies its answers as
+	// they come, so that a server that does not answer holds up no other's. A store of one
+	// server returns one part.
+	renewParts(ctx context.Context, rs []renewal) [][]int
 	// confirm makes a handed-off lock durable before its waiter uses it: extend it to ttl and,
 	// if the store replicates, wait for the replicas the Client asks for. ok false: not owner.
 	// It is only called when the Client asks for replica acknowledgement.

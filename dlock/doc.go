@@ -39,8 +39,11 @@
 //     look arriving after the clean-up takes nothing (unless someone else held the lock at
 //     the clean-up and that holder's lease ended before the look came: see docs/dlock.md).
 //   - Locks without WithTTL are renewed by one watchdog loop per Client, every lease/3, many
-//     locks per script call, pipelined (one pipeline per node on a Cluster, so a node that
-//     does not answer costs only its own locks). A renewal is given up after a third of its
+//     locks per script call, pipelined (one pipeline per node on a Cluster, whose answers
+//     count as they come, so a node that does not answer costs only its own locks). The loop
+//     does not wait for a batch in flight: locks that come due meanwhile (a hand-off's
+//     confirmation) go in a batch of their own; a lock is never in two batches at once, nor
+//     in one while a Refresh of it is on its way. A renewal is given up after a third of its
 //     lease; renewals of much shorter leases (a handed-off WithTTL lock being confirmed) go
 //     in a call of their own, so they do not cut the others short. A renewal given up while
 //     still on its way (go-redis without ContextTimeoutEnabled lets it go on) is waited for,

@@ -34,6 +34,7 @@ type lease struct {
 	expiry    *time.Timer // fires at deadline: the lease is lost unless renewed first
 	renewAt   time.Time   // next watchdog renewal
 	retrying  bool        // renewAt is a retry (after a failure or a skip): not batched early
+	batched   bool        // in a watchdog batch in flight (holding renewing): collect skips it
 	confirm   bool        // handed off: holds the claim lease until renewed to the full ttl
 	fixedEnd  time.Time   // a handed-off WithTTL lease: when it ends, ttl after it was obtained
 	watchedBy *watchdog

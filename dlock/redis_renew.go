@@ -68,6 +68,26 @@ func (b *redisBackend) renew(ctx context.Context, rs []renewal) ([]bool, error) 
 	return ok, &lateRenewError{err: err, parts: parts}
 }
 
+// renewParts splits rs by the node that serves them (see renewGroups): one part on a single
+// server. Each part is one renew call, and so one pipeline, to one node.
+func (b *redisBackend) renewParts(ctx context.Context, rs []renewal) [][]int {
+	if !b.cluster || len(rs) < 2 {
+		all := make([]int, len(rs))
+		for i := range all {
+			all[i] = i
+		}
+		return [][]int{all}
+	}
+	groups := b.renewGroups(ctx, rs)
+	parts := make([][]int, len(groups))
+	for i, g := range groups {
+		for _, bt := range g {
+			parts[i] = append(parts[i], bt.idx...)
+		}
+	}
+	return parts
+}
+
 // lateGroup is a pipeline given up by its context while still on its way, with the renewals
 // idx it carries: once finished is closed, settle sets the answers it got.
 type lateGroup struct {

@@ -7,15 +7,16 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // watchdog renews the leases of one Client. One goroutine serves all locks: it wakes when the
-// earliest renewal is due, takes every lease due within a tenth of its lease as well, and renews
-// them with one pipelined batch (see backend.renew; one per timeout class, see renew), so 10,000
-// held locks cost a handful of requests per period instead of 10,000. The goroutine runs only
-// while leases are watched.
+// earliest renewal is due, takes every lease due within a tenth of its lease as well, and
+// renews them with one pipelined batch (see backend.renew; one per timeout class, see
+// renewClaimed), so 10,000 held locks cost a handful of requests per period instead of
+// 10,000. A batch runs on goroutines of its own: the loop goes on renewing the leases that
+// come due meanwhile, so a batch that a silent server holds up delays no other lease. The
+// loop runs only while leases are watched.
 type watchdog struct {
 	c *Client
 
@@ -26,11 +27,16 @@ type watchdog struct {
 	next    time.Time // when the sleeping loop wakes up; zero while it works
 	wake    chan struct{}
 	stop    chan struct{}
-	wg      sync.WaitGroup // the loop and background clean-ups
+	// ctx ends at close: it interrupts the batches in flight.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the loop, the batches in flight and background clean-ups
 }
 
 func newWatchdog(c *Client) *watchdog {
-	return &watchdog{c: c, leases: map[*lease]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &watchdog{c: c, leases: map[*lease]struct{}{}, wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		ctx: ctx, cancel: cancel}
 }
 
 // add watches l: renewal a third of the lease from now. A handed-off lock holds only the
@@ -147,7 +153,14 @@ func (w *watchdog) run() {
 			return
 		}
 		if len(due) > 0 {
-			w.renew(due)
+			// The batch runs on its own: the loop goes on with the leases due meanwhile.
+			if due = w.claim(due); len(due) > 0 {
+				w.wg.Add(1) // within the loop's own count: close waits for it
+				go func() {
+					defer w.wg.Done()
+					w.renewClaimed(due)
+				}()
+			}
 			continue
 		}
 		timer.Reset(time.Until(next))
@@ -163,8 +176,9 @@ func (w *watchdog) run() {
 // collect returns the leases due now (or within a tenth of their lease, so renewals batch; a
 // handed-off lease awaiting confirmation is not renewed early, so a short hold needs no
 // renewal at all) and the time of the next renewal, which it records as the loop's wake-up
-// time. With nothing to watch it returns idleLinger from now, and ok is false once the loop
-// has been idle that long: it must exit.
+// time. Leases in a batch still in flight are left out: the end of their batch wakes the loop
+// (see settle). With nothing to watch it returns idleLinger from now, and ok is false once the
+// loop has been idle that long: it must exit.
 func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -185,38 +199,56 @@ func (w *watchdog) collect() (due []*lease, next time.Time, ok bool) {
 	}
 	for l := range w.leases {
 		l.mu.Lock()
-		at, slack := l.renewAt, l.ttl/10
+		at, slack, batched := l.renewAt, l.ttl/10, l.batched
 		if l.confirm || l.retrying {
 			slack = 0
 		}
 		l.mu.Unlock()
+		if batched {
+			continue
+		}
 		if !at.After(now.Add(slack)) {
 			due = append(due, l)
 		} else if next.IsZero() || at.Before(next) {
 			next = at
 		}
 	}
+	if len(due) == 0 && next.IsZero() {
+		next = now.Add(idleLinger) // every lease is in flight: the end of its batch wakes the loop
+	}
 	w.next = next // zero while renewing: every add wakes the loop then
 	return due, next, true
 }
 
-// renew renews due, in timeout classes (see renewClass) called in parallel: a call is given up
-// after a third of the shortest lease it renews, so a short lease (a handed-off WithTTL lease
-// confirmed to what is left of its ttl) must not share the call of long ones, or under a
-// latency of more than its third every long lease in the batch would fail its renewal with it,
-// time after time. Leases of one length, the common case, make one class: one call, one round
-// trip per node.
-func (w *watchdog) renew(due []*lease) {
-	// A lease with a Refresh in flight waits for a retry: two renewals must not cross.
-	due = slices.DeleteFunc(due, func(l *lease) bool {
+// claim takes the renewing token of each lease of due and returns those it got. A lease with
+// a Refresh in flight is left out and retried later: two renewals must not cross. A lease
+// claimed is in flight until its answer is applied (see settle): collect leaves it out
+// meanwhile, so the loop, which does not wait for a batch, never sends it twice.
+func (w *watchdog) claim(due []*lease) []*lease {
+	return slices.DeleteFunc(due, func(l *lease) bool {
 		select {
 		case l.renewing <- struct{}{}:
+			l.mu.Lock()
+			l.batched = true
+			l.mu.Unlock()
 			return false
 		default:
 			l.retryLater()
 			return true
 		}
 	})
+}
+
+// renewClaimed renews due, claimed by claim, in one batch: in timeout classes (see
+// renewClass) called in parallel. A call is given up after a third of the shortest lease it
+// renews, so a short lease (a handed-off WithTTL lease confirmed to what is left of its ttl)
+// must not share the call of long ones, or under a latency of more than its third every long
+// lease in the batch would fail its renewal with it, time after time. Leases of one length,
+// the common case, make one class: one call, one round trip per node. The loop runs it on a
+// goroutine of its own: a batch that a silent server holds up must not hold up the leases that
+// come due meanwhile (a hand-off's confirmation is due a third into a claim lease of a few
+// seconds). Close interrupts the calls in flight.
+func (w *watchdog) renewClaimed(due []*lease) {
 	if len(due) == 0 {
 		return
 	}
@@ -227,22 +259,13 @@ func (w *watchdog) renew(due []*lease) {
 		c := timeoutClass(rs[i].ttl)
 		classes[c] = append(classes[c], i)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { // Close interrupts the calls in flight.
-		select {
-		case <-w.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	if len(classes) == 1 {
-		w.renewClass(ctx, due, rs)
+		w.renewClass(w.ctx, due, rs)
 		return
 	}
 	var wg sync.WaitGroup
 	for _, idx := range classes {
-		wg.Go(func() { w.renewClass(ctx, pick(due, idx), pick(rs, idx)) })
+		wg.Go(func() { w.renewClass(w.ctx, pick(due, idx), pick(rs, idx)) })
 	}
 	wg.Wait()
 }
@@ -257,15 +280,12 @@ func timeoutClass(ttl time.Duration) int {
 	return bits.Len64(uint64(renewTimeout(ttl) / (10 * time.Millisecond)))
 }
 
-// renewClass sends the renewals rs of due in one call, given up after the shortest
-// renewTimeout among them. A call given up while it may still reach Redis (a go-redis client
-// without ContextTimeoutEnabled lets it go on) keeps its leases' tokens until it is over, as
-// Refresh does for its own calls: a Refresh that took a token now could be applied first and
-// then cut short by the late renewal. Its answers count then: one that comes before a lease's
-// local deadline renews the lease (the script found the lock still ours). Thrown away, the
-// renewal would be sent again only once the late call is over, with that much less of the
-// lease left, into the same latency. Each node's call is waited for on its own: a silent
-// node must not hold up the answers of the others, nor the retries of those that failed.
+// renewClass sends the renewals rs of due, given up after the shortest renewTimeout among
+// them: one renew call per part of the store (see backend.renewParts; one node of a Cluster),
+// called in parallel, so that each part's answers are applied as soon as they come. A silent
+// node must not hold up the answers of the others (a hand-off confirmed on a node that
+// answers at once would be lost, its claim lease ending while the silent node's call runs),
+// nor the retries of those that failed.
 func (w *watchdog) renewClass(ctx context.Context, due []*lease, rs []renewal) {
 	timeout := time.Duration(math.MaxInt64)
 	for _, r := range rs {
@@ -274,6 +294,27 @@ func (w *watchdog) renewClass(ctx context.Context, due []*lease, rs []renewal) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sent := time.Now()
+	parts := w.c.be.renewParts(ctx, rs)
+	if len(parts) == 1 {
+		w.renewPart(ctx, sent, due, rs)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, idx := range parts {
+		wg.Go(func() { w.renewPart(ctx, sent, pick(due, idx), pick(rs, idx)) })
+	}
+	wg.Wait()
+}
+
+// renewPart sends the renewals rs of due, sent at sent, in one call. A call given up while it
+// may still reach Redis (a go-redis client without ContextTimeoutEnabled lets it go on) keeps
+// its leases' tokens until it is over, as Refresh does for its own calls: a Refresh that took
+// a token now could be applied first and then cut short by the late renewal. Its answers
+// count then: one that comes before a lease's local deadline renews the lease (the script
+// found the lock still ours). Thrown away, the renewal would be sent again only once the late
+// call is over, with that much less of the lease left, into the same latency. Each node's
+// late call is waited for on its own, for the same reason as above.
+func (w *watchdog) renewPart(ctx context.Context, sent time.Time, due []*lease, rs []renewal) {
 	ok, err := w.c.be.renew(ctx, rs)
 	failed := make([]bool, len(rs))
 	for i := range failed {
@@ -300,27 +341,13 @@ func (w *watchdog) renewClass(ctx context.Context, due []*lease, rs []renewal) {
 		}
 	}
 	w.settle(pick(due, now), pick(rs, now), sent, pick(ok, now), pick(failed, now), err)
-	// The loop renews one batch at a time, and a lease left out of a batch waits for it: it
-	// is woken once every call is over, so that answers that come together (every node under
-	// the same latency) are renewed together. Until then it looks at the leases whose call is
-	// on its way at each retry (see retryLater), and renews those answered.
-	var pending atomic.Int64
-	pending.Store(int64(len(late.parts)))
+	// The leases of a late call stay in flight (out of collect) until its answers come.
 	for _, p := range late.parts {
-		for _, i := range p.idx {
-			due[i].retryLater()
-		}
-		w.wg.Add(1) // within the loop's own count: close waits for it
+		w.wg.Add(1) // within the batch's own count: close waits for it
 		go func() {
 			defer w.wg.Done()
 			ok, failed := p.wait()
 			w.settle(pick(due, p.idx), pick(rs, p.idx), sent, pick(ok, p.idx), pick(failed, p.idx), err)
-			if pending.Add(-1) == 0 {
-				select { // some may be due again at once
-				case w.wake <- struct{}{}:
-				default:
-				}
-			}
 		}()
 	}
 }
@@ -335,7 +362,9 @@ func pick[T any](s []T, idx []int) []T {
 }
 
 // settle applies the answers to the renewals rs of due, sent at sent, and gives the leases
-// their tokens back: ok[i] renewed, !ok[i] lost, failed[i] outcome unknown (retried).
+// their tokens back: ok[i] renewed, !ok[i] lost, failed[i] outcome unknown (retried). It
+// wakes the loop, which left the leases out while they were in flight and may now have to
+// wake earlier for them.
 func (w *watchdog) settle(due []*lease, rs []renewal, sent time.Time, ok, failed []bool, err error) {
 	if len(due) == 0 {
 		return
@@ -371,7 +400,14 @@ func (w *watchdog) settle(due []*lease, rs []renewal, sent time.Time, ok, failed
 		default:
 			l.end(lost("renewal found the lock gone or owned by another owner"))
 		}
+		l.mu.Lock()
+		l.batched = false
+		l.mu.Unlock()
 		<-l.renewing
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 	w.c.tel.renewed(renewed)
 	if unknown > 0 {
@@ -424,6 +460,7 @@ func (w *watchdog) close() {
 	}
 	w.mu.Unlock()
 	close(w.stop)
+	w.cancel()
 	for _, l := range leases {
 		l.end(lost("client closed"))
 	}
