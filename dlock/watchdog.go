@@ -253,19 +253,32 @@ func (w *watchdog) renewClaimed(due []*lease) {
 		return
 	}
 	rs := make([]renewal, len(due))
-	classes := map[int][]int{}
+	byClass := map[int]int{} // timeout class -> its position in classes
+	var classes [][]int
 	for i, l := range due {
 		rs[i] = renewal{key: l.key, owner: l.owner, names: l.names, ttl: l.renewTTL()}
-		c := timeoutClass(rs[i].ttl)
+		tc := timeoutClass(rs[i].ttl)
+		c, seen := byClass[tc]
+		if !seen {
+			c = len(classes)
+			byClass[tc] = c
+			classes = append(classes, nil)
+		}
 		classes[c] = append(classes[c], i)
 	}
-	if len(classes) == 1 {
-		w.renewClass(w.ctx, due, rs)
+	inParallel(classes, func(idx []int) { w.renewClass(w.ctx, pick(due, idx), pick(rs, idx)) })
+}
+
+// inParallel calls fn with each group of positions, in parallel, and returns once every call
+// has: on the calling goroutine when there is one group, the common case.
+func inParallel(groups [][]int, fn func(idx []int)) {
+	if len(groups) == 1 {
+		fn(groups[0])
 		return
 	}
 	var wg sync.WaitGroup
-	for _, idx := range classes {
-		wg.Go(func() { w.renewClass(w.ctx, pick(due, idx), pick(rs, idx)) })
+	for _, idx := range groups {
+		wg.Go(func() { fn(idx) })
 	}
 	wg.Wait()
 }
@@ -294,16 +307,7 @@ func (w *watchdog) renewClass(ctx context.Context, due []*lease, rs []renewal) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	sent := time.Now()
-	parts := w.c.be.renewParts(ctx, rs)
-	if len(parts) == 1 {
-		w.renewPart(ctx, sent, due, rs)
-		return
-	}
-	var wg sync.WaitGroup
-	for _, idx := range parts {
-		wg.Go(func() { w.renewPart(ctx, sent, pick(due, idx), pick(rs, idx)) })
-	}
-	wg.Wait()
+	inParallel(w.c.be.renewParts(ctx, rs), func(idx []int) { w.renewPart(ctx, sent, pick(due, idx), pick(rs, idx)) })
 }
 
 // renewPart sends the renewals rs of due, sent at sent, in one call. A call given up while it
