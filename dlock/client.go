@@ -82,7 +82,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 // When the Redis client's timeouts do not bound its calls (go-redis ReadTimeout -1), a Redis
 // that stops answering holds Close up for at most 10 s: it waits at most 5 s for the waits
 // in progress, the pub/sub connection and the calls their contexts gave up, then at most 5 s
-// for the clean-ups (a waiter leaving the line) and renewals in flight. What still waits for
+// for the clean-ups (a waiter leaving the line), the renewals in flight and the answers of
+// Refresh calls given up by their context. What still waits for
 // Redis then goes on in the background until Redis answers, or its context (a clean-up's:
 // 5 s) ends: a waiter that could not leave the line is dropped from it by Redis three retry
 // intervals after its last look. An acquisition whose call is unanswered (a look, a

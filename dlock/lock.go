@@ -200,8 +200,10 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		// renewal start until the call is over, so the two cannot cross. Its answer, if it
 		// comes, counts as the watchdog's late answers do; without one, a lease the watchdog
 		// renews may now end before its next renewal: renew it once the call is over.
+		// Close waits for that (see watchdog.background); once it has begun, the lease is
+		// ending and nothing is left to wait for.
 		l.shortened(sent, ttl)
-		go func() {
+		settle := func() {
 			renewedAt := time.Now()
 			var late *lateRenewError
 			if errors.As(err, &late) && len(late.parts) == 1 {
@@ -216,7 +218,10 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 			if wd := l.watcher(); wd != nil {
 				wd.renewBy(l, renewedAt)
 			}
-		}()
+		}
+		if !l.c.wd.background(settle) {
+			<-l.renewing
+		}
 		return err
 	}
 	defer func() { <-l.renewing }()

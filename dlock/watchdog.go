@@ -47,17 +47,18 @@ func newWatchdog(c *Client) *watchdog {
 // A lease that has ended already (its local expiry fired before add, after a slow acquire) is
 // not watched: nothing would ever take it out again. Checking and inserting under w.mu, and
 // setting watchedBy with it, orders add against end, which reads watchedBy to remove.
+//
+// On a closed watchdog add ends l at once, as close ended every lease watched then: on the
+// caller's goroutine, so nothing is started that close, which may be waiting already, would
+// not wait for.
 func (w *watchdog) add(l *lease) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
-		w.wg.Add(1)
-		go func() { // not under w.mu: end calls remove
-			defer w.wg.Done()
-			l.end(lost("client closed"))
-		}()
+		w.mu.Unlock() // end calls remove
+		l.end(lost("client closed"))
 		return
 	}
+	defer w.mu.Unlock()
 	l.mu.Lock()
 	if l.ended {
 		l.mu.Unlock()
