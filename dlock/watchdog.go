@@ -405,10 +405,12 @@ func (w *watchdog) settle(due []*lease, rs []renewal, sent time.Time, ok, failed
 		default:
 			l.end(lost("renewal found the lock gone or owned by another owner"))
 		}
+		// The token first: a collect that finds the lease out of its batch must be able to
+		// claim it (the wake-up below brings the loop back to the leases it skipped).
+		<-l.renewing
 		l.mu.Lock()
 		l.batched = false
 		l.mu.Unlock()
-		<-l.renewing
 	}
 	select {
 	case w.wake <- struct{}{}:
