@@ -14,12 +14,14 @@ import (
 	"github.com/lockguard/lockguard/dlock"
 )
 
-// maxBody caps request bodies; the shop's requests are a few dozen bytes.
+// maxBody caps request bodies (413 body_too_large above it); the shop's requests are a few
+// dozen bytes.
 const maxBody = 64 << 10
 
 // Error codes of the JSON error bodies, {"error": code}.
 const (
 	codeBadJSON           = "bad_json"
+	codeBodyTooLarge      = "body_too_large"
 	codeInvalidOwner      = "invalid_owner"
 	codeInvalidBalance    = "invalid_balance"
 	codeInvalidAmount     = "invalid_amount"
@@ -63,6 +65,18 @@ func (a *App) failErr(c *gin.Context, err error, notFoundCode string) {
 	}
 }
 
+// failBody answers a body that could not be read or decoded (err, or nil for one that
+// decoded but is not what the route takes): 413 body_too_large over maxBody, 400 bad_json
+// otherwise.
+func failBody(c *gin.Context, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		fail(c, http.StatusRequestEntityTooLarge, codeBodyTooLarge)
+		return
+	}
+	fail(c, http.StatusBadRequest, codeBadJSON)
+}
+
 // readBodyFirst reads the whole body (up to maxBody) before the route queues for a lock, and
 // hands it on buffered; a body it cannot read is answered as bindJSON would answer it. The
 // server's ReadTimeout, counted from the request's start, is there for a client that sends
@@ -71,7 +85,7 @@ func (a *App) failErr(c *gin.Context, err error, notFoundCode string) {
 func readBodyFirst(c *gin.Context) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody))
 	if err != nil {
-		fail(c, http.StatusBadRequest, codeBadJSON)
+		failBody(c, err)
 		return
 	}
 	c.Request.Body = io.NopCloser(bytes.NewReader(body))
@@ -80,10 +94,15 @@ func readBodyFirst(c *gin.Context) {
 // bindJSON decodes the body into v, answering 400 bad_json when it is not one JSON value of
 // the right shape: anything after it but white space (a second object, a stray bracket) is
 // refused too, since the request would otherwise mean something other than what was sent.
+// A body over maxBody is 413 body_too_large.
 func bindJSON(c *gin.Context, v any) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody))
-	if err := dec.Decode(v); err != nil || dec.Decode(&json.RawMessage{}) != io.EOF {
-		fail(c, http.StatusBadRequest, codeBadJSON)
+	if err := dec.Decode(v); err != nil {
+		failBody(c, err)
+		return false
+	}
+	if err := dec.Decode(&json.RawMessage{}); err != io.EOF {
+		failBody(c, err)
 		return false
 	}
 	return true
@@ -183,18 +202,19 @@ func fence(ctx context.Context) int64 {
 	return 0
 }
 
-// health: GET /healthz -> 200 when Redis and the database answer, 503 otherwise. The cause
-// goes to the log, not to the answer, which would show internal addresses.
+// health: GET /healthz -> 200 when Redis and the database answer, 503 otherwise; both say
+// whether the shop is protected, which the page shows. The cause goes to the log, not to the
+// answer, which would show internal addresses.
 func (a *App) health(c *gin.Context) {
 	ctx := c.Request.Context()
 	if err := a.rdb.Ping(ctx).Err(); err != nil {
 		a.log.Warn("health: redis down", "err", err)
-		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "redis down"})
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "redis down", "protected": a.protected})
 		return
 	}
 	if err := a.store.Ping(ctx); err != nil {
 		a.log.Warn("health: database down", "err", err)
-		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "db down"})
+		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "db down", "protected": a.protected})
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"status": "ok", "protected": a.protected})

@@ -210,3 +210,37 @@ func TestConcurrentPays(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyOverCapIs413: a body over the shop's 64 KiB cap is 413 body_too_large on every
+// route that reads one, in both modes, and changes nothing. It was 400 bad_json for a
+// well-formed body (white space before the object) on the shop's routes, while the protected
+// pay route let ginlock answer 413 problem+json above its own 1 MiB cap and the unprotected
+// one charged.
+func TestBodyOverCapIs413(t *testing.T) {
+	modes(t, func(t *testing.T, protected bool) {
+		e := newEnv(t, protected, time.Millisecond)
+		a := e.account("alice", 10_000)
+		o := e.order(a.ID, 2_500)
+		pad := strings.Repeat(" ", 64<<10)
+		for _, c := range []struct {
+			name, path, body string
+			header           []string
+		}{
+			{"create account", "/api/accounts", pad + `{"owner":"x","balance":5}`, nil},
+			{"create order", "/api/orders", pad + `{"account_id":"` + a.ID + `","amount":100}`, nil},
+			{"withdraw", "/api/accounts/" + a.ID + "/withdraw", pad + `{"amount":100}`, nil},
+			{"pay", "/api/orders/" + o.ID + "/pay", pad + strings.Repeat(" ", 1<<20), []string{"Idempotency-Key", "k-big"}},
+		} {
+			w := e.do("POST", c.path, c.body, c.header...)
+			if w.Code != http.StatusRequestEntityTooLarge || strings.TrimSpace(w.Body.String()) != `{"error":"body_too_large"}` {
+				t.Errorf("%s with a body over 64 KiB: %d %s %s, want 413 {\"error\":\"body_too_large\"}",
+					c.name, w.Code, w.Header().Get("Content-Type"), w.Body)
+			}
+		}
+		var got shop.Account
+		e.must(http.StatusOK, &got, "GET", "/api/accounts/"+a.ID, "")
+		if l := e.ledger(a.ID); got.Balance != 10_000 || len(l) != 0 {
+			t.Errorf("after the refused requests: balance %d, ledger %+v; want 10000 and nothing", got.Balance, l)
+		}
+	})
+}

@@ -20,6 +20,13 @@ import (
 // DefaultAddr is the listen address of the shop command.
 const DefaultAddr = "127.0.0.1:8080"
 
+// stopWait bounds Close's wait for the requests it stopped: with their context ended, a lock
+// wait, a provider call or a database call ends at once, so they answer within milliseconds.
+const stopWait = 5 * time.Second
+
+// errStopped is the cause of a request's context when Close stops it.
+var errStopped = errors.New("shop: shutting down")
+
 // Options configures Start. The zero value is the embedded default: its own redis-server
 // and SQLite file, protected, on DefaultAddr.
 type Options struct {
@@ -50,6 +57,7 @@ type Instance struct {
 
 	app     *App
 	srv     *http.Server
+	stop    context.CancelCauseFunc // ends the context of every request
 	served  chan error
 	store   *Store
 	rdb     *redis.Client
@@ -137,13 +145,38 @@ func Start(ctx context.Context, o Options) (in *Instance, err error) {
 	// ReadTimeout bounds a body sent slowly. Routes that queue for a lock read their body
 	// first (readBodyFirst), before the wait: once the body is read, net/http clears the read
 	// deadline itself, so a long wait in the queue is not cut by it.
-	in.srv = &http.Server{Handler: in.app.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Second}
+	// Requests get a context Close can end (BaseContext), for the ones still running when
+	// its own context ends.
+	requests, stop := context.WithCancelCause(context.Background())
+	in.stop = stop
+	in.srv = &http.Server{Handler: in.app.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return requests }}
 	go func() {
 		if err := in.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			in.served <- err
 		}
 	}()
 	return in, nil
+}
+
+// shutdownHTTP stops the HTTP server, waiting for running requests until ctx ends. Requests
+// still running then are stopped and waited for (stopWait), so that Close never closes the
+// lock client, Redis or the database under a handler: its release would fail, leaving its
+// lock held until the lease runs out, and its write would fail half-way.
+func (in *Instance) shutdownHTTP(ctx context.Context) error {
+	err := in.srv.Shutdown(ctx)
+	if err == nil {
+		return nil
+	}
+	in.stop(errStopped)
+	wait, cancel := context.WithTimeout(context.Background(), stopWait)
+	defer cancel()
+	// A second Shutdown waits again until every connection is idle, which is when its
+	// handler has returned; the listener is closed already.
+	if werr := in.srv.Shutdown(wait); werr != nil {
+		return fmt.Errorf("shop: requests still running %v after they were stopped: %w", stopWait, werr)
+	}
+	return fmt.Errorf("shop: requests still running at the end of the shutdown wait were stopped: %w", err)
 }
 
 // Protected reports whether the instance runs with locks.
@@ -154,12 +187,17 @@ func (in *Instance) Protected() bool { return in.app.Protected() }
 func (in *Instance) Failed() <-chan error { return in.served }
 
 // Close shuts the instance down: it stops accepting requests and waits for running ones
-// (until ctx ends), stops the worker, then closes the lock client, Redis client, database,
-// the redis-server it started and its temporary directory. It returns the first error.
+// until ctx ends, then stops those still running (queued for a lock, say: their context
+// ends, they answer and release their locks) and waits for them up to 5 s more. Only then
+// does it stop the worker and close the lock client, Redis client, database, the
+// redis-server it started and its temporary directory. It returns the errors joined.
 func (in *Instance) Close(ctx context.Context) error {
 	var errs []error
 	if in.srv != nil {
-		errs = append(errs, in.srv.Shutdown(ctx))
+		errs = append(errs, in.shutdownHTTP(ctx))
+	}
+	if in.stop != nil {
+		in.stop(errStopped)
 	}
 	if in.app != nil {
 		errs = append(errs, in.app.Close())

@@ -207,3 +207,79 @@ func call(t *testing.T, want int, out any, method, url, body string, header ...s
 	}
 	return answer{body: string(b), replayed: resp.Header.Get("Idempotent-Replayed") == "true"}
 }
+
+// TestCloseStopsRequestsStillRunning: a request still running when Close's context ends (a
+// pay in a long provider call, holding the account lock) is stopped before Close closes the
+// lock client, Redis and the database under it: it answers, and its account lock is released
+// in Redis. Before, Close went on closing while the handler ran: closing the lock client
+// ended the lock (the pay answered 409 lock_lost, as if another request had taken over), its
+// release failed on the closed client, and the lock stayed held in a shared Redis until its
+// lease ran out.
+func TestCloseStopsRequestsStillRunning(t *testing.T) {
+	srv := redistest.Start(t)
+	in, err := shop.Start(t.Context(), shop.Options{
+		Addr: "127.0.0.1:0", RedisAddr: srv.Addr(), DBPath: filepath.Join(t.TempDir(), "shop.db"),
+		Provider: shop.Provider{Min: 20 * time.Second, Max: 20 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Close(context.Background()) })
+	c := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(c.CloseIdleConnections)
+	a, o := accountWithOrder(t, c, in.URL)
+
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	paid := make(chan result, 1)
+	go func() {
+		req, err := http.NewRequest("POST", in.URL+"/api/orders/"+o.ID+"/pay", nil)
+		if err != nil {
+			paid <- result{err: err}
+			return
+		}
+		req.Header.Set("Idempotency-Key", "k-close")
+		resp, err := c.Do(req)
+		if err != nil {
+			paid <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		paid <- result{resp.StatusCode, strings.TrimSpace(string(b)), err}
+	}()
+	locks := dlock.New(srv.Client(t))
+	t.Cleanup(func() { _ = locks.Close() })
+	eventually(t, 5*time.Second, "the pay to hold the account lock", func() bool {
+		l, err := locks.TryAcquire(t.Context(), "account:"+a.ID)
+		if err == nil {
+			_ = l.Release(t.Context())
+		}
+		return errors.Is(err, dlock.ErrNotObtained)
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = in.Close(ctx)
+	t.Logf("Close with a pay still running: %v", err)
+	answered := false
+	select { // the client may take a moment to read an answer the server has finished
+	case r := <-paid:
+		answered = true
+		t.Logf("the pay answered %d %s (%v)", r.code, r.body, r.err)
+	case <-time.After(2 * time.Second):
+		t.Error("the pay is still running 2 s after Close returned")
+	}
+	l, err := locks.TryAcquire(t.Context(), "account:"+a.ID)
+	if err != nil {
+		t.Errorf("account lock after Close: %v, want it released", err)
+	} else {
+		_ = l.Release(t.Context())
+	}
+	if !answered { // let the handler end before goleak looks
+		<-paid
+	}
+}

@@ -2,6 +2,7 @@ package shop
 
 import (
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 
@@ -125,11 +126,7 @@ func (a *App) refund(c *gin.Context) {
 		return
 	}
 	if _, err := a.queue.EnqueueContext(ctx, task); err != nil {
-		// The queue is Redis: down or unreachable is temporary, like the lock store on the
-		// other routes (503 with Retry-After), not a fault of the shop.
-		a.log.Warn("refund not queued", "order", o.ID, "err", err)
-		c.Header("Retry-After", "1")
-		fail(c, http.StatusServiceUnavailable, codeUnavailable)
+		queueUnavailable(c, a.log, "refund not queued", "order", o.ID, "err", err)
 		return
 	}
 	c.JSON(http.StatusAccepted, gin.H{"order_id": o.ID, "status": "refund_queued"})
@@ -140,7 +137,7 @@ func (a *App) refund(c *gin.Context) {
 func (a *App) queueStats(c *gin.Context) {
 	queues, err := a.inspector.Queues()
 	if err != nil {
-		a.failErr(c, err, codeInternal)
+		queueUnavailable(c, a.log, "queue not read", "err", err)
 		return
 	}
 	if !slices.Contains(queues, refundQueue) { // created by the first enqueue
@@ -149,11 +146,20 @@ func (a *App) queueStats(c *gin.Context) {
 	}
 	info, err := a.inspector.GetQueueInfo(refundQueue)
 	if err != nil {
-		a.failErr(c, err, codeInternal)
+		queueUnavailable(c, a.log, "queue not read", "err", err)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{
 		"pending": info.Pending, "active": info.Active, "scheduled": info.Scheduled,
 		"retry": info.Retry, "archived": info.Archived,
 	})
+}
+
+// queueUnavailable answers a request the queue could not serve. The queue is Redis: down or
+// unreachable is temporary, like the lock store on the other routes (503 with Retry-After),
+// not a fault of the shop; the cause goes to the log.
+func queueUnavailable(c *gin.Context, log *slog.Logger, msg string, args ...any) {
+	log.Warn(msg, args...)
+	c.Header("Retry-After", "1")
+	fail(c, http.StatusServiceUnavailable, codeUnavailable)
 }

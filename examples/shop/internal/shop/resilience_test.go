@@ -99,10 +99,7 @@ func TestLostLockAnswers409(t *testing.T) {
 // the README's {"error":"code"} shape that every other error of the shop uses.
 func TestHealthzHidesRedisError(t *testing.T) {
 	e, srv := newRedisEnv(t, time.Millisecond)
-	if err := srv.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Restart() }) // let the worker shut down against a live Redis
+	stopRedis(t, srv)
 	w := e.do("GET", "/healthz", "")
 	t.Logf("GET /healthz with Redis down: %d %s", w.Code, w.Body)
 	if w.Code != http.StatusServiceUnavailable {
@@ -152,6 +149,16 @@ func TestInvalidIdempotencyKeyContract(t *testing.T) {
 	}
 }
 
+// stopRedis stops srv for the rest of the test; it is restarted when the test ends, so the
+// worker shuts down against a live Redis.
+func stopRedis(t *testing.T, srv *redistest.Server) {
+	t.Helper()
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Restart() })
+}
+
 // newRedisEnv starts a protected shop and returns its redis-server too, so a test can stop
 // or restart it; opts configure the dlock client.
 func newRedisEnv(t *testing.T, latency time.Duration, opts ...dlock.Option) (*env, *redistest.Server) {
@@ -169,13 +176,40 @@ func TestRefundWithRedisDownIs503(t *testing.T) {
 	if w := e.do("POST", "/api/orders/"+o.ID+"/pay", "", "Idempotency-Key", "k-refund-down"); w.Code != http.StatusOK {
 		t.Fatalf("pay: %d %s", w.Code, w.Body)
 	}
-	if err := srv.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Restart() }) // let the worker shut down against a live Redis
+	stopRedis(t, srv)
 	w := e.do("POST", "/api/orders/"+o.ID+"/refund", "")
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"unavailable"`) {
 		t.Errorf("refund with Redis down: %d %s (Retry-After %q), want 503 unavailable with Retry-After 1",
+			w.Code, w.Body, w.Header().Get("Retry-After"))
+	}
+}
+
+// TestHealthzDownSaysProtected: the page labels the shop "protected" or "unprotected" from
+// /healthz. With Redis down the answer was {"status":"redis down"} alone, and the page
+// labelled a protected shop "unprotected"; the 503 says which shop it is too.
+func TestHealthzDownSaysProtected(t *testing.T) {
+	e, srv := newRedisEnv(t, time.Millisecond)
+	stopRedis(t, srv)
+	w := e.do("GET", "/healthz", "")
+	var got struct {
+		Protected *bool `json:"protected"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatalf("GET /healthz with Redis down: %d %s: %v", w.Code, w.Body, err)
+	}
+	if w.Code != http.StatusServiceUnavailable || got.Protected == nil || !*got.Protected {
+		t.Errorf("GET /healthz of a protected shop with Redis down: %d %s, want 503 with \"protected\":true", w.Code, w.Body)
+	}
+}
+
+// GET /api/queue with Redis down is 503 unavailable with Retry-After, as a refund is: it was
+// 500 internal, logged as a fault of the shop.
+func TestQueueWithRedisDownIs503(t *testing.T) {
+	e, srv := newRedisEnv(t, time.Millisecond)
+	stopRedis(t, srv)
+	w := e.do("GET", "/api/queue", "")
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"unavailable"`) {
+		t.Errorf("queue with Redis down: %d %s (Retry-After %q), want 503 unavailable with Retry-After 1",
 			w.Code, w.Body, w.Header().Get("Retry-After"))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path/filepath"
 	"strings"
 
 	_ "modernc.org/sqlite" // pure-Go SQLite driver, registered as "sqlite"
@@ -67,7 +68,9 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(NORMAL)") // WAL: durable at checkpoints, no fsync per commit
 	q.Add("_pragma", "foreign_keys(1)")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	// The path is escaped: in the URI, "?" would start the query, "#" end it, "%" escape.
+	// Clean keeps a path starting with "//" from reading as a URI authority.
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: filepath.Clean(path)}).EscapedPath()+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("shop: open %s: %w", path, err)
 	}

@@ -3,6 +3,7 @@ package shop
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -122,5 +123,45 @@ func TestApplyUnderTokenChecksOrderStatus(t *testing.T) {
 	}
 	if entries, _ := s.Ledger(ctx, acct.ID); len(entries) != 2 {
 		t.Fatalf("ledger %+v: want the blind second charge", entries)
+	}
+}
+
+// TestOpenStoreOddPath: the database lands in the file named, whatever its characters. The
+// path went into a SQLite URI unescaped: "#" ended it and "?" started its query, so -db
+// "odd dir#1/shop?.db" wrote the ledger to "odd dir" while the shop reported the name given,
+// and every path sharing the part before "#" shared one ledger.
+func TestOpenStoreOddPath(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "odd dir#1")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "shop?50%.db")
+	s, err := OpenStore(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acct, err := s.CreateAccount(ctx, "alice", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		entries, _ := os.ReadDir(filepath.Dir(dir))
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("database file %q: %v; the directory holds %q", path, err, names)
+	}
+	s, err = OpenStore(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Account(ctx, acct.ID); err != nil {
+		t.Errorf("account after reopening %q: %v", path, err)
 	}
 }
