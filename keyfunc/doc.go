@@ -53,9 +53,9 @@
 //     lock space.
 //   - Bounded: every key is at most its bound long and holds only printable ASCII, never
 //     '{' or '}' (the lock layer wraps keys in Redis Cluster hash tags) nor whitespace.
-//   - Values over a part's hard cap fail with ErrTooLong rather than being hashed:
-//     DefaultMaxLen (1024 bytes), DefaultMaxHeaderLen (255; also IdempotencyKey) and
-//     DefaultMaxBodyLen (4096; JSON and Form fields).
+//   - Values over a part's hard cap fail with ErrTooLong (ErrContextValue for a context
+//     value) rather than being hashed: DefaultMaxLen (1024 bytes), DefaultMaxHeaderLen (255;
+//     also IdempotencyKey) and DefaultMaxBodyLen (4096; JSON and Form fields).
 //   - JSON bodies are decoded with exact numbers and at most MaxJSONDepth (64) levels of
 //     nesting; numbers are rendered canonically, so every spelling of one number gives one
 //     key (1e2, 100, 100.0, 1E+2, 1000e-1). The bound is on the value, whatever the spelling:
@@ -78,12 +78,15 @@
 //
 // # Limits
 //
-// keyfunc does not cap the body: the adapter does, and reports ErrBodyTooLarge. It does not
-// decode multipart forms (an adapter may serve them through KindForm). JSON paths cannot
+// keyfunc does not cap the body: the adapter does, and reports ErrBodyTooLarge. Form does not
+// decode multipart forms (an adapter may serve them through KindForm); BodyHash hashes them by
+// their parts, in the order sent. Text is not normalized: "é" as one code point and as "e" and
+// a combining accent, or "ABC" and "abc", are two values, as they are two strings to a Go
+// handler; where the handler's store folds them, fold them in a From part. JSON paths cannot
 // name members containing '.'; use From for those. JSON member names match ignoring case, as
-// encoding/json fills a handler's struct, so the key names what the handler reads; a body
-// with two members that match one path segment, or with one member name twice in an object,
-// is refused. Form reads the body only where net/http's ParseForm does, and refuses a field
-// the query and the body give different values. Keys are not secret: hashing
-// hides long values, not short ones (use HashAbove(0) to hash every value of a part).
+// encoding/json fills a handler's struct, so the key names what the handler reads; a body with
+// two members that match one path segment, or with one member name twice in an object, is
+// refused. Form reads the body only where net/http's ParseForm does, and refuses a field the
+// query and the body give different values. Keys are not secret: hashing hides long values,
+// not short ones (use HashAbove(0) to hash every value of a part).
 package keyfunc

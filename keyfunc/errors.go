@@ -14,8 +14,11 @@ import (
 var (
 	// ErrMissing: a required part has no value in the request or task.
 	ErrMissing = errors.New("keyfunc: missing value")
-	// ErrInvalid: a value is present but unusable (a malformed Idempotency-Key, a JSON
-	// number out of range: nonzero and of magnitude below 1e-999999999 or from 1e1000000000 up).
+	// ErrInvalid: a value is present but unusable: a malformed Idempotency-Key, a value that
+	// is not an integer for an Integer part, a form field the query and the body give
+	// different values, a JSON number out of range (nonzero and of magnitude below
+	// 1e-999999999 or from 1e1000000000 up), or a JSON body no key can read as a handler
+	// would (a repeated member, two members matching one path segment, a lone surrogate escape).
 	ErrInvalid = errors.New("keyfunc: invalid value")
 	// ErrUnsupportedType: a context value is of a type ContextValue cannot read (the server's
 	// auth step stored, say, a struct): the server's mistake, not the request's, so it is not
@@ -30,7 +33,9 @@ var (
 	ErrTooLong = errors.New("keyfunc: value too long")
 	// ErrBodyTooLarge: returned (wrapped) by Source.Body when the body exceeds the adapter's cap.
 	ErrBodyTooLarge = errors.New("keyfunc: body too large")
-	// ErrMalformedBody: a required JSON or form part could not parse the body.
+	// ErrMalformedBody: a JSON part could not parse the body (not JSON, not UTF-8, nested
+	// deeper than MaxJSONDepth); an optional one only when the body starts like JSON (see
+	// Part.Optional). Form parts never fail so: they skip what does not parse, as ParseForm does.
 	ErrMalformedBody = errors.New("keyfunc: malformed body")
 	// ErrTemplate: Template was given a template that cannot produce unambiguous keys.
 	ErrTemplate = errors.New("keyfunc: bad template")

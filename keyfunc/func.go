@@ -34,7 +34,8 @@ type Option func(*options)
 
 // WithMaxKeyLen bounds the key to n bytes (default DefaultMaxKeyLen; values below MinKeyLen
 // are raised to it). A longer key keeps its first n-23 bytes, followed by '#' and a 22-char
-// hash of the whole key, so distinct keys stay distinct.
+// hash of the whole key, so distinct keys stay distinct. Keep n within the lock layer's own
+// bound: a key longer than that is refused there, not shortened.
 func WithMaxKeyLen(n int) Option {
 	return func(o *options) { o.maxKeyLen = max(n, MinKeyLen) }
 }

@@ -83,10 +83,15 @@ func (p Part) MaxLen(n int) Part {
 // The key holds the integer in canonical form (no '+', no leading zeros, "-0" as "0"), so
 // "/accounts/042", "/accounts/+42" and "/accounts/42" share a lock, as they share the account
 // a handler parses from them. Without Integer a part's text is compared byte for byte, and
-// those three are three locks. A JSON number with an integer value of at most 64 digits (42, 42.0, 4.2e1) and a
-// JSON string holding an integer ("042", which a ",string" struct tag decodes to 42) count
-// the same. Any other value fails with ErrInvalid. Integers of any size are taken; the raw
-// value's length cap still applies.
+// those three are three locks. A JSON string holding an integer ("042", which a ",string"
+// struct tag decodes to 42) and a JSON number with an integer value (42, 42.0, 4.2e1) count
+// the same. Any other value fails with ErrInvalid, the empty one too (Gin's form binding
+// reads "" as 0; the request is refused rather than locked as account 0).
+//
+// Text integers of any size are taken; the part's cap applies to the text as sent, before it
+// is made canonical. A JSON number is taken up to 64 digits (1e63) and is ErrInvalid above:
+// its canonical form writes a larger number with an exponent rather than spell out the
+// digits that a few bytes of body can ask for (1e999999999).
 //
 // Use it where the handler converts the value to a number; leave it off where the value is
 // an identifier kept as text ("042" and "42" are then two accounts, and must be two locks).
@@ -380,13 +385,20 @@ func Const(s string) Part {
 	return newPart("const", -1, func(*eval) (string, bool, error) { return s, true, nil })
 }
 
-// BodyHash is a SHA-256 of the canonical body: JSON re-encoded with sorted keys and
-// canonical numbers when the body is valid JSON that JSON parts accept (within MaxJSONDepth,
-// no repeated member, no unpaired surrogate escape, no number out of range); a multipart/form-data
-// body (as the Content-Type header names it) by its parts, in order, without the boundary a
-// client picks anew each time it encodes the form; the raw bytes otherwise; 43 base64url
-// characters. Use it to catch the same payload submitted twice
-// without a client key. Errors only when the body cannot be read.
+// BodyHash is a SHA-256 of the canonical body, 43 base64url characters. Use it to catch the
+// same payload submitted twice without a client key. The body is hashed
+//   - as JSON re-encoded with sorted keys and canonical numbers when it is valid JSON that
+//     JSON parts accept (within MaxJSONDepth, no repeated member, no two members whose names
+//     differ only in case, no unpaired surrogate escape, no number out of range);
+//   - as a multipart/form-data body (as the Content-Type header names it) by its parts,
+//     without the boundary a client picks anew each time it encodes the form, but in the
+//     order sent: a client that sends the same form again sends its fields in the same order,
+//     and a handler reading the parts as a stream sees that order;
+//   - as raw bytes otherwise, a urlencoded form included. A body JSON parts refuse is hashed
+//     raw rather than refused: its bytes hold all it says, so no two payloads share a hash,
+//     though two spellings of one payload may differ.
+//
+// Errors only when the body cannot be read.
 func BodyHash() Part {
 	return newPart("body", -1, func(e *eval) (string, bool, error) {
 		return e.bodyHash()

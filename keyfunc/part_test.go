@@ -308,6 +308,7 @@ func TestInteger(t *testing.T) {
 		{"json number 42.0", &MapSource{Payload: []byte(`{"id":42.0}`)}, JSON("id"), "42"},
 		{"json number 4.2e1", &MapSource{Payload: []byte(`{"id":4.2e1}`)}, JSON("id"), "42"},
 		{"json string (,string tag)", &MapSource{Payload: []byte(`{"id":"042"}`)}, JSON("id"), "42"},
+		{"json number of 64 digits", &MapSource{Payload: []byte(`{"id":1e63}`)}, JSON("id"), "1" + strings.Repeat("0", 63)},
 	}
 	for _, tt := range same {
 		t.Run(tt.name, func(t *testing.T) {
@@ -329,7 +330,9 @@ func TestInteger(t *testing.T) {
 			}
 		})
 	}
-	for _, body := range []string{`{"id":42.5}`, `{"id":true}`, `{"id":{"n":1}}`, `{"id":"4e1"}`} {
+	// A JSON number of more than 64 digits keeps its exponent in canonical form: refused
+	// rather than spelled out.
+	for _, body := range []string{`{"id":42.5}`, `{"id":true}`, `{"id":{"n":1}}`, `{"id":"4e1"}`, `{"id":1e64}`, `{"id":""}`} {
 		t.Run("invalid json "+body, func(t *testing.T) {
 			if _, err := Join(JSON("id").Integer()).Key(&MapSource{Payload: []byte(body)}); !errors.Is(err, ErrInvalid) {
 				t.Errorf("Key of %s = %v, want ErrInvalid", body, err)
