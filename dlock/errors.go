@@ -10,8 +10,9 @@ var (
 	// and by Acquire when its context ends first (then the error also matches the context's
 	// error with errors.Is). A wait whose context ended while Redis was not answering (a look
 	// at the lock unanswered for 100 ms or more, and a probe sent then unanswered for 100 ms
-	// more) fails with ErrUnavailable and the context's error instead: the lock may well have
-	// been free.
+	// more, during which this process ran: it is sent again, up to 3 times, after a stop of
+	// the process itself) fails with ErrUnavailable and the context's error instead: the lock
+	// may well have been free.
 	ErrNotObtained = errors.New("dlock: not obtained")
 
 	// ErrNotHeld is returned by Release, Complete and Refresh on a hold that was already

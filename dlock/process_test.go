@@ -110,16 +110,7 @@ func TestPausedWaiterIgnoresStaleHandOff(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), waiterEnv+"=1", "DLOCK_TEST_ADDR="+srv.Addr(), "DLOCK_TEST_KEY="+key)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, out := startHelper(t, waiterEnv+"=1", "DLOCK_TEST_ADDR="+srv.Addr(), "DLOCK_TEST_KEY="+key)
 		for n := int64(0); n == 0; n, _ = rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Result() {
 			time.Sleep(5 * time.Millisecond) // until the waiter is in line
 		}
@@ -141,7 +132,7 @@ func TestPausedWaiterIgnoresStaleHandOff(t *testing.T) {
 		if err := next.Release(ctx); err != nil {
 			t.Fatalf("round %d: the next holder lost the lock: %v", round, err)
 		}
-		line, _ := bufio.NewReader(out).ReadString('\n')
+		line, _ := out.ReadString('\n')
 		_ = cmd.Wait()
 		var token, at int64
 		if _, err := fmt.Sscanf(line, "obtained %d %d", &token, &at); err != nil {
@@ -152,6 +143,24 @@ func TestPausedWaiterIgnoresStaleHandOff(t *testing.T) {
 				round, token, time.Unix(0, at).Format(time.StampMicro), next.Token(), freed.Format(time.StampMicro))
 		}
 	}
+}
+
+// startHelper starts the test binary as a helper process with env added to its
+// environment (which names what it does, see helperProcessMain), and returns it with a
+// reader of its standard output; its standard error is the test's.
+func startHelper(t *testing.T, env ...string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, bufio.NewReader(out)
 }
 
 // waitStopped waits until every thread of process pid is stopped (state T in /proc).
@@ -184,6 +193,8 @@ func helperProcessMain() bool {
 	switch {
 	case os.Getenv(waiterEnv) != "":
 		waiterProcess()
+	case os.Getenv(stalledProbeEnv) != "":
+		stalledProbeProcess()
 	case os.Getenv(helperEnv) != "":
 		if err := counterProcess(); err != nil {
 			fmt.Fprintln(os.Stderr, "counter process:", err)

@@ -331,10 +331,63 @@ func (c *Client) waitEnded(ctx context.Context, key string) error {
 
 // probeAnswered sends a probe for key, bounded by storeSilence whatever ctx's state, and
 // reports whether it, or another call of the Client since since, was answered.
+//
+// A probe unanswered while this process was itself stopped (SIGSTOP, container CPU
+// throttling, a long pause) proves nothing: its answer may sit unread in the socket when
+// the bound passes, and go-redis then reports a timeout. It is sent again, up to maxProbes
+// in all, so that the store is blamed only for storeSilence in which the process ran. A
+// process that ran throughout reports a silent store after one probe, as before
+// (TestStalledProcessProbeIsNotSilentStore).
 func (c *Client) probeAnswered(ctx context.Context, key string, since time.Time) bool {
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeSilence)
-	defer cancel()
-	return c.be.probe(pctx, key) || c.be.answeredSince(since)
+	for range maxProbes {
+		stalled := watchStalls()
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeSilence)
+		answered := c.be.probe(pctx, key) || c.be.answeredSince(since)
+		cancel()
+		if !stalled() || answered || c.closed.Load() {
+			return answered
+		}
+	}
+	return false
+}
+
+// maxProbes bounds the probes of probeAnswered: a process starved of CPU over and over
+// still reports a silent store, after maxProbes × storeSilence at most.
+const maxProbes = 3
+
+// stallTick is how often watchStalls reads the clock; stallGap is the gap between two of
+// its reads from which the process counts as stopped: a goroutine due to run did not run.
+// Redis answers a probe in well under a millisecond; an answer left unread for storeSilence
+// means a stop of about that length, far above stallGap.
+const (
+	stallTick = storeSilence / 10
+	stallGap  = storeSilence / 4
+)
+
+// watchStalls watches, in a goroutine, whether this process stops running; the returned
+// stop ends the watch, waits for the goroutine, and reports whether it did.
+func watchStalls() (stop func() bool) {
+	quit, longest := make(chan struct{}), make(chan time.Duration, 1)
+	last := time.Now() // here: the goroutine may first run only after a stop
+	go func() {
+		t := time.NewTicker(stallTick)
+		defer t.Stop()
+		var gap time.Duration
+		for {
+			select {
+			case <-t.C:
+			case <-quit:
+				longest <- max(gap, time.Since(last))
+				return
+			}
+			now := time.Now()
+			gap, last = max(gap, now.Sub(last)), now
+		}
+	}()
+	return func() bool {
+		close(quit)
+		return <-longest >= stallGap
+	}
 }
 
 // errNoAnswer is why a store counts as silent when a probe went unanswered.
