@@ -200,8 +200,9 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		// renewal start until the call is over, so the two cannot cross. Its answer, if it
 		// comes, counts as the watchdog's late answers do; without one, a lease the watchdog
 		// renews may now end before its next renewal: renew it once the call is over.
-		// Close waits for that (see watchdog.background); once it has begun, the lease is
-		// ending and nothing is left to wait for.
+		// Close waits for that (see watchdog.background). A Refresh after Close began (a
+		// WithTTL lock keeps its lease at Close) still keeps the token until the call is
+		// over, on a goroutine of its own: Close cannot wait for what starts after it.
 		l.shortened(sent, ttl)
 		settle := func() {
 			renewedAt := time.Now()
@@ -220,7 +221,7 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 			}
 		}
 		if !l.c.wd.background(settle) {
-			<-l.renewing
+			go settle()
 		}
 		return err
 	}
