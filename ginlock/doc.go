@@ -46,7 +46,9 @@
 //     handler that never flushed with its answer stored, also one of several writes; after a
 //     failed write, with the client gone after the body started, or after a flush with the
 //     client gone, only one write, a body as long as its Content-Length, or no body with a
-//     status of its own (a 201 with a Location) is; after a panic, only the last two. A
+//     status of its own (a 201 with a Location) is; after a panic, only the last two (a
+//     panic that gin's Recovery, placed after ginlock, caught once the response started
+//     shows as a 5xx asked for too late, and counts as a panic). A
 //     stream cut short, or a body whose render failed part-way (gin records the error and
 //     aborts), is not stored. A response that a
 //     ginlock middleware nested inside another one made itself (its 409 for a busy account
@@ -71,7 +73,8 @@
 //
 //   - Keys are only as scoped as the key function makes them: scope them by the caller
 //     (user or tenant) with keyfunc.Func.Scope, or two users choosing the same
-//     Idempotency-Key share a lock and a stored response.
+//     Idempotency-Key share a lock and a stored response. Nor is the service in the scope:
+//     services sharing one Redis need a dlock.WithPrefix each.
 //   - The stored response is what the handler chain after the middleware wrote. A response
 //     written by middleware placed before ginlock, after the chain returned, is not seen, nor
 //     are header values it set before (a refreshed session cookie, a request id): a replay

@@ -2,6 +2,7 @@ package ginlock_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -62,12 +63,20 @@ func TestMultipartOverCapIs413(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := router()
 			var ran atomic.Bool
-			r.POST("/pay", ginlock.New(e.locks, tc.key, ginlock.WithoutReplay(), ginlock.WithMaxBody(128)), func(c *gin.Context) {
+			var cause error
+			onError := ginlock.WithErrorHandler(func(c *gin.Context, status int, err error) {
+				cause = err
+				ginlock.DefaultErrorHandler(c, status, err)
+			})
+			r.POST("/pay", ginlock.New(e.locks, tc.key, ginlock.WithoutReplay(), ginlock.WithMaxBody(128), onError), func(c *gin.Context) {
 				ran.Store(true)
 				c.String(http.StatusOK, "handler ran")
 			})
 			w := sendForm(r, tc.path, ct, body, tc.chunked, nil)
 			wantProblem(t, w, http.StatusRequestEntityTooLarge)
+			if !errors.Is(cause, keyfunc.ErrBodyTooLarge) {
+				t.Fatalf("error handler got %v, want an error matching keyfunc.ErrBodyTooLarge", cause)
+			}
 			if ran.Load() {
 				t.Fatal("the handler ran on a body over the cap")
 			}

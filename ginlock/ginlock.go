@@ -341,7 +341,8 @@ func (m *middleware) finish(c *gin.Context, origCtx context.Context, lock *dlock
 	// is stored when it is known whole whatever the panic (as long as its Content-Length, or
 	// no body and a status of its own: see recorder.complete), so that a retry does not run
 	// the handler again. Before the response started, Recovery answers 500 and nothing is
-	// stored.
+	// stored. A Recovery placed after this middleware returns the chain as if nothing
+	// happened; the recorder tells its panic by the 500 it asks for too late (failedLate).
 	answered := returned
 	if rec != nil {
 		rec.chainDone()

@@ -37,6 +37,7 @@ type recorder struct {
 	gone          bool // the request's context ended before the handler returned
 	goneAtBody    bool // it had ended already when the body started
 	panicked      bool // the chain panicked after the response started
+	failedLate    bool // a 5xx was asked for after the response started (Recovery after ginlock)
 	flushed       bool // the handler flushed: it streams
 	seen          bool // the response started through the recorder
 	overflow      bool
@@ -121,6 +122,19 @@ func (w *recorder) WriteHeaderNow() {
 	w.ResponseWriter.WriteHeaderNow()
 }
 
+// WriteHeader passes the status on. A 5xx asked for after the response started cannot go
+// out; it is what gin's Recovery placed after ginlock does when the chain panics part-way
+// through its answer (c.AbortWithStatus(500)), so the chain returns as if nothing happened.
+// The answer is then judged as after a panic (see complete). An earlier status asked for
+// again (every c.Render does), or a late non-5xx (a handler's slip that gin ignores), changes
+// nothing.
+func (w *recorder) WriteHeader(code int) {
+	if code >= 500 && w.ResponseWriter.Written() && code != w.ResponseWriter.Status() {
+		w.failedLate = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
 func (w *recorder) Write(p []byte) (int, error) {
 	w.started()
 	n, err := w.ResponseWriter.Write(p)
@@ -184,7 +198,8 @@ func (w *recorder) chainDone() {
 // After a panic, only a body as long as its Content-Length, or an answer without a body and
 // with a status of its own, is: a panic can come part-way through a body of any number of
 // writes (a csv.Writer sends 4 KiB per write; http.ErrAbortHandler aborts a response on
-// purpose).
+// purpose). A panic that gin's Recovery caught inside the chain counts too: it shows as a 5xx
+// asked for after the response started (failedLate).
 //
 // Otherwise, without a failed write and with the client still there when the handler
 // returned, it is. A client that went away counts only when it went away after the body
@@ -223,7 +238,7 @@ func (w *recorder) complete() bool {
 	}
 	bodiless := w.writes == 0 && !w.flushed && w.ResponseWriter.Status() != http.StatusOK && !w.chainErrors
 	switch {
-	case w.panicked:
+	case w.panicked || w.failedLate:
 		return bodiless
 	case !w.writeFailed && (!w.gone || w.goneAtBody && !w.flushed):
 		return true
