@@ -16,6 +16,10 @@ import (
 	"github.com/lockguard/lockguard/examples/shop/internal/shop"
 )
 
+// shutdownWait is how long SIGINT or SIGTERM lets running requests finish before they are
+// stopped (Instance.Close); requests queued for a lock are stopped at once.
+const shutdownWait = 10 * time.Second
+
 func main() {
 	if err := run(); err != nil {
 		msg := err.Error()
@@ -61,11 +65,14 @@ func run() error {
 	case err = <-in.Failed():
 	}
 	stop() // a second Ctrl-C kills at once
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	shutdown, cancel := context.WithTimeout(context.Background(), shutdownWait)
 	defer cancel()
-	fmt.Println("shop: shutting down")
+	fmt.Printf("shop: shutting down: requests queued for a lock answer 503, running ones get up to %v (Ctrl-C again to kill)\n", shutdownWait)
 	if cerr := in.Close(shutdown); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		fmt.Println("shop: stopped")
 	}
 	return err
 }

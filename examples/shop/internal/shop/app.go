@@ -38,6 +38,7 @@ type App struct {
 	inspector *asynq.Inspector
 	worker    *asynq.Server
 	mux       *asynq.ServeMux
+	waits     *lockWaits // requests waiting for their locks, stopped by StopWaiting
 }
 
 // NewApp builds the shop's routes and worker; StartWorker starts the worker, Close stops it.
@@ -50,6 +51,7 @@ func NewApp(cfg Config) *App {
 		log:       cfg.Logger,
 		queue:     asynq.NewClientFromRedisClient(cfg.Redis),
 		inspector: asynq.NewInspectorFromRedisClient(cfg.Redis),
+		waits:     newLockWaits(),
 	}
 	if a.provider == (Provider{}) {
 		a.provider = DefaultProvider
@@ -99,12 +101,12 @@ func (a *App) routes(p Protection) *gin.Engine {
 	api.POST("/accounts", a.createAccount)
 	api.GET("/accounts/:id", a.getAccount)
 	api.GET("/accounts/:id/ledger", a.getLedger)
-	api.POST("/accounts/:id/withdraw", append([]gin.HandlerFunc{readBodyFirst}, chain(p.Withdraw, a.withdraw)...)...)
+	api.POST("/accounts/:id/withdraw", append([]gin.HandlerFunc{readBodyFirst}, a.waits.guard(p.Withdraw, a.withdraw)...)...)
 	api.POST("/orders", a.createOrder)
 	api.GET("/orders/:id", a.getOrder)
 	// Pay takes no body, but ginlock reads one for the fingerprint: capped here as on the
 	// other routes, so both modes refuse the same bodies alike.
-	api.POST("/orders/:id/pay", append([]gin.HandlerFunc{readBodyFirst, requireIdempotencyKey}, chain(p.Pay, a.pay)...)...)
+	api.POST("/orders/:id/pay", append([]gin.HandlerFunc{readBodyFirst, requireIdempotencyKey}, a.waits.guard(p.Pay, a.pay)...)...)
 	api.POST("/orders/:id/refund", a.refund)
 	api.GET("/queue", a.queueStats)
 	return r
@@ -115,6 +117,12 @@ func (a *App) Handler() http.Handler { return a.engine }
 
 // Protected reports whether the shop runs with locks.
 func (a *App) Protected() bool { return a.protected }
+
+// StopWaiting ends, at once, the wait of every request queued for a lock, and of every
+// request that queues later: they answer 503 unavailable with Retry-After: 1 and write
+// nothing. Requests that hold their locks run on. A shutdown calls it first, so that
+// requests that have done nothing yet do not hold it up. It returns how many it stopped.
+func (a *App) StopWaiting() int { return a.waits.stop() }
 
 // StartWorker starts processing refund tasks.
 func (a *App) StartWorker() error { return a.worker.Start(a.mux) }

@@ -63,14 +63,14 @@ func Protect(locks *dlock.Client, store *Store, log *slog.Logger) Protection {
 		// 409s are not stored: one from the account lock's wait running out must not be
 		// replayed to a retry, and already_paid is found again by the handler anyway.
 		ginlock.WithReplayStatuses(func(s int) bool { return s < 500 && s != http.StatusConflict }),
-		ginlock.WithLogger(log),
+		ginlock.WithErrorHandler(stoppedFirst(ginlock.DefaultErrorHandler)), ginlock.WithLogger(log),
 	)
 	payAccount := ginlock.New(locks, accountKey(accountOfOrder),
 		ginlock.WithoutReplay(), ginlock.WithWait(lockWait),
-		ginlock.WithErrorHandler(orderNotFound), ginlock.WithLogger(log))
+		ginlock.WithErrorHandler(stoppedFirst(orderNotFound)), ginlock.WithLogger(log))
 
 	withdraw := ginlock.New(locks, accountKey(keyfunc.Param("id")),
-		ginlock.WithoutReplay(), ginlock.WithWait(lockWait), ginlock.WithErrorHandler(accountNotFound),
+		ginlock.WithoutReplay(), ginlock.WithWait(lockWait), ginlock.WithErrorHandler(stoppedFirst(accountNotFound)),
 		ginlock.WithLogger(log))
 
 	refundOnce := asynqlock.New(locks,
@@ -88,6 +88,19 @@ func Protect(locks *dlock.Client, store *Store, log *slog.Logger) Protection {
 		},
 		IsFailure:  asynqlock.IsFailure,
 		RetryDelay: asynqlock.RetryDelay(nil),
+	}
+}
+
+// stoppedFirst answers a lock that was not obtained because a shutdown stopped the request's
+// wait (lockWaits.stop) as the shop's 503 unavailable, not as a busy lock (409, which would
+// blame another request) or a store failure; other errors go to h.
+func stoppedFirst(h func(c *gin.Context, status int, err error)) func(c *gin.Context, status int, err error) {
+	return func(c *gin.Context, status int, err error) {
+		if (status == http.StatusConflict || status == http.StatusServiceUnavailable) && stoppedWaiting(c) {
+			failStopped(c)
+			return
+		}
+		h(c, status, err)
 	}
 }
 

@@ -64,6 +64,7 @@ type Instance struct {
 	locks   *dlock.Client
 	redis   *redistest.Server // nil when Options.RedisAddr was given; persistent with DBPath
 	tempDir string            // "" when Options.DBPath was given
+	log     *slog.Logger
 }
 
 // Start starts a shop. On error, everything it started is stopped again. The caller must
@@ -73,6 +74,7 @@ func Start(ctx context.Context, o Options) (in *Instance, err error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	in.log = o.Logger
 	defer func() {
 		if err != nil {
 			_ = in.Close(context.Background())
@@ -159,11 +161,19 @@ func Start(ctx context.Context, o Options) (in *Instance, err error) {
 	return in, nil
 }
 
-// shutdownHTTP stops the HTTP server, waiting for running requests until ctx ends. Requests
-// still running then are stopped and waited for (stopWait), so that Close never closes the
-// lock client, Redis or the database under a handler: its release would fail, leaving its
-// lock held until the lease runs out, and its write would fail half-way.
+// shutdownHTTP stops the HTTP server. Requests queued for a lock are stopped at once (they
+// have done nothing yet; they answer 503 unavailable); running ones are waited for until ctx
+// ends. Requests still running then are stopped too (they answer 503 unavailable and write
+// nothing, or 409 lock_lost if their write was already refused) and waited for (stopWait),
+// so that Close never closes the lock client, Redis or the database under a handler: its
+// release would fail, leaving its lock held until the lease runs out, and its write would
+// fail half-way. Only requests still running after that are an error.
 func (in *Instance) shutdownHTTP(ctx context.Context) error {
+	if in.app != nil {
+		if n := in.app.StopWaiting(); n > 0 {
+			in.log.Warn("shop: shutting down: requests queued for a lock were stopped; they answered 503 unavailable", "requests", n)
+		}
+	}
 	err := in.srv.Shutdown(ctx)
 	if err == nil {
 		return nil
@@ -176,7 +186,8 @@ func (in *Instance) shutdownHTTP(ctx context.Context) error {
 	if werr := in.srv.Shutdown(wait); werr != nil {
 		return fmt.Errorf("shop: requests still running %v after they were stopped: %w", stopWait, werr)
 	}
-	return fmt.Errorf("shop: requests still running at the end of the shutdown wait were stopped: %w", err)
+	in.log.Warn("shop: shutting down: requests still running at the end of the shutdown wait were stopped; they answered 503 unavailable and wrote nothing", "wait", err)
+	return nil
 }
 
 // Protected reports whether the instance runs with locks.
@@ -186,11 +197,14 @@ func (in *Instance) Protected() bool { return in.app.Protected() }
 // its own (not after Close).
 func (in *Instance) Failed() <-chan error { return in.served }
 
-// Close shuts the instance down: it stops accepting requests and waits for running ones
-// until ctx ends, then stops those still running (queued for a lock, say: their context
-// ends, they answer and release their locks) and waits for them up to 5 s more. Only then
-// does it stop the worker and close the lock client, Redis client, database, the
-// redis-server it started and its temporary directory. It returns the errors joined.
+// Close shuts the instance down: it stops accepting requests, stops the requests queued for
+// a lock at once (they have done nothing yet: 503 unavailable, Retry-After: 1), and waits
+// for running ones until ctx ends. It then stops those still running (their context ends:
+// they answer 503 unavailable, write nothing and release their locks) and waits for them up
+// to 5 s more; stopped requests are logged, not returned as errors. Only then does it stop
+// the worker (up to 5 s for running tasks) and close the lock client, Redis client,
+// database, the redis-server it started and its temporary directory. It returns the errors
+// joined: requests still running after they were stopped, and failures to close.
 func (in *Instance) Close(ctx context.Context) error {
 	var errs []error
 	if in.srv != nil {

@@ -24,8 +24,3 @@ type Protection struct {
 func (p Protection) enabled() bool {
 	return p.Pay != nil || p.Withdraw != nil || p.Refund != nil
 }
-
-// chain returns the middlewares followed by the handler.
-func chain(mw []gin.HandlerFunc, h gin.HandlerFunc) []gin.HandlerFunc {
-	return append(append([]gin.HandlerFunc{}, mw...), h)
-}
