@@ -221,7 +221,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // WithLogger sets a logger for what a client never sees: fail-open requests, lost locks,
 // failed releases and stores, answers that could not be stored (over WithMaxReplayBody, a
 // hijacked connection, a body that may be cut short: their retry runs the handler again),
-// unreadable records, key functions that failed (500). Default: no logging.
+// unreadable records, key functions that failed (500; not when the error handler answers
+// their error below 500). Default: no logging.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.log = l })
 }

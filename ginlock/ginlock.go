@@ -155,10 +155,13 @@ func (m *middleware) handle(c *gin.Context) {
 		err = src.bodyErr
 	}
 	if err != nil {
-		status := keyStatus(err)
-		if status == http.StatusInternalServerError {
-			// A failure, so a span marks it; a key function's error text may hold request
-			// data, while an undeclared parameter's names only the parameter and the route.
+		m.reject(c, keyStatus(err), err)
+		// A 500 is a failure, so a span and the log mark it; a key function's error text may
+		// hold request data, while an undeclared parameter's names only the parameter and
+		// the route. An error handler that answered below 500 judged the error to be the
+		// request's (a key function that looked up an order that does not exist: 404): no
+		// failure then, as for a 400.
+		if c.Writer.Status() >= http.StatusInternalServerError {
 			spanErr, msg := errKeyFunc, errKeyFunc.Error()
 			if errors.Is(err, ErrUndeclaredParam) {
 				spanErr, msg = err, ErrUndeclaredParam.Error()
@@ -169,7 +172,6 @@ func (m *middleware) handle(c *gin.Context) {
 		} else {
 			m.tel.end(origCtx, nil, route, OutcomeInvalid, false, nil)
 		}
-		m.reject(c, status, err)
 		return
 	}
 

@@ -92,6 +92,63 @@ func TestTelemetryKeyFuncErrorSpan(t *testing.T) {
 	}
 }
 
+// A key function whose error the error handler answers below 500 (an order looked up for
+// its account that does not exist: 404) is the request's fault, as a 400 is: counted as
+// invalid, no failed span, nothing logged. A 500 is still logged and marked.
+func TestTelemetryKeyFuncErrorAnsweredAs404(t *testing.T) {
+	errNoOrder := errors.New("no such order")
+	key := keyfunc.Join(keyfunc.From("acct", func(src keyfunc.Source) (string, error) {
+		if id, _ := src.Value(keyfunc.KindParam, "id"); id == "missing" {
+			return "", errNoOrder
+		}
+		return "", errors.New("db down")
+	}))
+	onError := ginlock.WithErrorHandler(func(c *gin.Context, status int, err error) {
+		if errors.Is(err, errNoOrder) {
+			c.AbortWithStatusJSON(http.StatusNotFound, gin.H{"error": "order_not_found"})
+			return
+		}
+		ginlock.DefaultErrorHandler(c, status, err)
+	})
+	for _, tc := range []struct {
+		id      string
+		status  int
+		outcome string
+		failed  bool
+	}{
+		{"missing", http.StatusNotFound, ginlock.OutcomeInvalid, false},
+		{"other", http.StatusInternalServerError, ginlock.OutcomeError, true},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			o := oteltest.New(t)
+			e := setup(t)
+			var logs strings.Builder
+			r := router()
+			r.POST("/orders/:id/pay", ginlock.New(e.locks, key, onError,
+				ginlock.WithTracerProvider(o.TP), ginlock.WithMeterProvider(o.MP),
+				ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))),
+				func(c *gin.Context) { c.Status(http.StatusOK) })
+			if w := do(r, req{path: "/orders/" + tc.id + "/pay"}); w.Code != tc.status {
+				t.Fatalf("status %d, want %d", w.Code, tc.status)
+			}
+			counts := o.CounterByAttr(t, "ginlock.requests", "ginlock.outcome")
+			if counts[tc.outcome] != 1 || len(counts) != 1 {
+				t.Errorf("ginlock.requests by outcome %v, want one %q", counts, tc.outcome)
+			}
+			failedSpans := 0
+			for _, s := range o.Spans.Ended() {
+				if s.Status().Code == codes.Error {
+					failedSpans++
+				}
+			}
+			logged := strings.Contains(logs.String(), "level=ERROR")
+			if (failedSpans == 1) != tc.failed || logged != tc.failed {
+				t.Errorf("%d failed spans, error logged %v; want failure marked: %v (log %q)", failedSpans, logged, tc.failed, logs.String())
+			}
+		})
+	}
+}
+
 // A key reading a path parameter the route does not declare is the server's mistake: the
 // 500's span and log say so, naming the parameter and the route, not "key function failed".
 func TestTelemetryUndeclaredParamSpan(t *testing.T) {
