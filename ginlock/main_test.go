@@ -137,8 +137,17 @@ func wantProblem(t *testing.T, w *httptest.ResponseRecorder, status int) problem
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 		t.Fatalf("problem body %q: %v", w.Body, err)
 	}
-	if p.Status != status || p.Type == "" || p.Title != http.StatusText(status) || p.Detail == "" {
-		t.Fatalf("problem body %+v: want status %d with type, title and detail", p, status)
+	// The title is RFC 9110's reason phrase (RFC 9457 for "about:blank"), which renamed
+	// two of the phrases net/http has.
+	title := map[int]string{
+		http.StatusRequestEntityTooLarge: "Content Too Large",
+		http.StatusUnprocessableEntity:   "Unprocessable Content",
+	}[status]
+	if title == "" {
+		title = http.StatusText(status)
+	}
+	if p.Status != status || p.Type == "" || p.Title != title || p.Detail == "" {
+		t.Fatalf("problem body %+v: want status %d with type, title %q and detail", p, status, title)
 	}
 	return p
 }

@@ -51,10 +51,10 @@ type problem struct {
 }
 
 // DefaultErrorHandler writes an application/problem+json body (type "about:blank", the
-// status text as title, a detail naming the failed key part when there is one) and aborts.
+// status's reason phrase as title, as RFC 9110 names it, a detail naming the failed key part when there is one) and aborts.
 // Its details never include Redis errors or key values. Custom error handlers may call it.
 func DefaultErrorHandler(c *gin.Context, status int, err error) {
-	p := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail(status, err)}
+	p := problem{Type: "about:blank", Title: statusTitle(status), Status: status, Detail: detail(status, err)}
 	var pe *keyfunc.PartError
 	if status < http.StatusInternalServerError && errors.As(err, &pe) {
 		p.Part = pe.Part
@@ -64,6 +64,18 @@ func DefaultErrorHandler(c *gin.Context, status int, err error) {
 	c.Header("Content-Type", ProblemContentType)
 	c.Data(status, ProblemContentType, body)
 	c.Abort()
+}
+
+// statusTitle is the reason phrase RFC 9110 gives status: the title RFC 9457 recommends for
+// an "about:blank" problem. net/http still has the older phrases of 413 and 422.
+func statusTitle(status int) string {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
+		return "Content Too Large"
+	case http.StatusUnprocessableEntity:
+		return "Unprocessable Content"
+	}
+	return http.StatusText(status)
 }
 
 // detail is the client-facing explanation of err. A server-side failure (500) is never
