@@ -197,6 +197,11 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 		return nil, OutcomeCanceled, fmt.Errorf("asynqlock: task %q not run: the lock hold it re-enters was released: %w", task.Type(), context.Canceled)
 	case errors.Is(err, dlock.ErrNotObtained):
 		locked := &ErrLocked{Key: key, RetryIn: m.cfg.retryIn}
+		if errors.Is(m.cfg.busy, asynq.SkipRetry) || errors.Is(m.cfg.busy, asynq.RevokeTask) {
+			// asynq archives or drops the task: no retry comes, so the error (which asynq
+			// stores and hands to its ErrorHandler) names none.
+			locked.RetryIn = 0
+		}
 		if m.cfg.busy != nil {
 			return nil, OutcomeBusy, fmt.Errorf("%w: %w", locked, m.cfg.busy)
 		}

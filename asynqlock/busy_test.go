@@ -3,6 +3,7 @@ package asynqlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -178,5 +179,49 @@ func TestIsFailureAndRetryDelay(t *testing.T) {
 	}
 	if !errors.Is(locked, dlock.ErrNotObtained) {
 		t.Fatal("ErrLocked does not match dlock.ErrNotObtained")
+	}
+}
+
+// A busy task that WithBusy archives or drops is not tried again, and its error, which asynq
+// stores and hands to Config.ErrorHandler, says so: it names no retry delay, and RetryIn is 0
+// (so RetryDelay would give the fallback's delay). A WithBusy error that lets asynq retry
+// keeps RetryIn.
+func TestBusyWithoutRetryNamesNoDelay(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	held, err := e.lock.Acquire(ctx, "account:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	errNoted := errors.New("noted busy")
+	for _, tc := range []struct {
+		name    string
+		busy    error
+		retryIn time.Duration
+	}{
+		{"revoke", asynq.RevokeTask, 0},
+		{"skip retry", fmt.Errorf("archive it: %w", asynq.SkipRetry), 0},
+		{"retried", errNoted, 2 * time.Second},
+		{"default", nil, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []asynqlock.Option{asynqlock.WithRetryIn(2 * time.Second)}
+			if tc.busy != nil {
+				opts = append(opts, asynqlock.WithBusy(tc.busy))
+			}
+			h := asynqlock.Wrap(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+				t.Error("handler ran on a busy lock")
+				return nil
+			}), e.lock, taskAccountKey, opts...)
+			err := h.ProcessTask(ctx, asynq.NewTask("account:deduct", []byte(`{"account_id":"2"}`)))
+			var le *asynqlock.ErrLocked
+			if !errors.As(err, &le) || (tc.busy != nil && !errors.Is(err, tc.busy)) {
+				t.Fatalf("err = %v; want an *ErrLocked matching %v", err, tc.busy)
+			}
+			if le.RetryIn != tc.retryIn || strings.Contains(err.Error(), "retry in") != (tc.retryIn > 0) {
+				t.Fatalf("RetryIn %s, error %q; want RetryIn %s and a retry delay named only when there is one", le.RetryIn, err, tc.retryIn)
+			}
+		})
 	}
 }

@@ -52,5 +52,9 @@
 // cancelled and the task fails with dlock.ErrLockLost, but work it already did stays done:
 // pass the lock's fencing token (FromContext) to the store you write to. Done markers live
 // only for their retention. A task with no retries left (MaxRetry(0) included) is archived
-// by asynq when it is busy, before IsFailure is consulted. See docs/asynqlock.md for recipes.
+// by asynq when it is busy, before IsFailure is consulted. At asynq's Shutdown a task still
+// running after ShutdownTimeout goes back to its queue and its context is cancelled; its lock
+// is released when the handler returns, which may be after Shutdown returned: close the dlock
+// Client after the server (a closed Client fails tasks with dlock.ErrClosed, retried as
+// failures). See docs/asynqlock.md for recipes.
 package asynqlock

@@ -15,12 +15,17 @@ import (
 // matches dlock.ErrNotObtained. A server configured with IsFailure and RetryDelay runs the
 // task again after RetryIn without consuming one of its retries.
 type ErrLocked struct {
-	Key     string        // the lock key; may hold user data, so Error prints only a hash
-	RetryIn time.Duration // when to try again (WithRetryIn)
+	Key string // the lock key; may hold user data, so Error prints only a hash
+	// RetryIn is when to try again (WithRetryIn); 0 when WithBusy archives or drops the
+	// task (asynq.SkipRetry, asynq.RevokeTask), which is then not tried again.
+	RetryIn time.Duration
 }
 
-// Error implements error.
+// Error implements error. It names RetryIn when there is a retry to come.
 func (e *ErrLocked) Error() string {
+	if e.RetryIn <= 0 {
+		return fmt.Sprintf("asynqlock: lock %s busy", dlock.KeyHash(e.Key))
+	}
 	return fmt.Sprintf("asynqlock: lock %s busy, retry in %s", dlock.KeyHash(e.Key), e.RetryIn)
 }
 
@@ -29,9 +34,9 @@ func (e *ErrLocked) Unwrap() error { return dlock.ErrNotObtained }
 
 // IsFailure is for asynq.Config.IsFailure: it reports false for nil and for errors holding an
 // *ErrLocked, so a busy task is retried without its retry counter being incremented (and
-// without counting in the queue's failed stats); true for every other error. Note that asynq
-// archives a task whose retries are already used up (including a task with MaxRetry(0))
-// before consulting IsFailure.
+// without counting in the queue's processed and failed stats); true for every other error.
+// Note that asynq archives a task whose retries are already used up (including a task with
+// MaxRetry(0)) before consulting IsFailure.
 func IsFailure(err error) bool {
 	if err == nil {
 		return false

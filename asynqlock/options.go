@@ -63,7 +63,8 @@ func WithWait(d time.Duration) Option {
 // WithBusy sets what a busy task returns on top of its *ErrLocked: asynq.SkipRetry archives
 // it, asynq.RevokeTask drops it ("someone else is already doing exactly this"). Default nil:
 // the task is retried after RetryIn (see IsFailure and RetryDelay). The returned error wraps
-// both, so errors.As(err, new(*ErrLocked)) still answers true.
+// both, so errors.As(err, new(*ErrLocked)) still answers true; with asynq.SkipRetry or
+// asynq.RevokeTask its RetryIn is 0, as no retry follows.
 func WithBusy(action error) Option {
 	return optionFunc(func(c *config) { c.busy, c.busySet = action, true })
 }
