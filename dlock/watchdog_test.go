@@ -210,6 +210,10 @@ func TestNonOwnerReleaseAndRefresh(t *testing.T) {
 			if _, ok, _ := rival.Completed(ctx, key); ok {
 				t.Fatal("a non-owner stored a completion record")
 			}
+			// The rival's lease (the Client default, 30 s) is not extended to a's minute.
+			if pttl := rdb.PTTL(ctx, lockKeyOf(t, rdb, key)).Val(); pttl <= 0 || pttl > dlock.DefaultLease {
+				t.Fatalf("rival's lock PTTL %v after the %s by a non-owner, want %v at most", pttl, op, dlock.DefaultLease)
+			}
 			if _, err := c.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrNotObtained) {
 				t.Fatalf("holder's lock was touched: %v", err)
 			}
