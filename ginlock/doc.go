@@ -48,7 +48,8 @@
 //     client gone, only one write, a body as long as its Content-Length, or no body with a
 //     status of its own (a 201 with a Location) is; after a panic, only the last two (a
 //     panic that gin's Recovery, placed after ginlock, caught once the response started
-//     shows as a 5xx asked for too late, and counts as a panic). A
+//     shows as a 5xx asked for too late, and counts as a panic; a custom recovery that asks
+//     for nothing then cannot be seen: place Recovery before ginlock). A
 //     stream cut short, or a body whose render failed part-way (gin records the error and
 //     aborts), is not stored. A response that a
 //     ginlock middleware nested inside another one made itself (its 409 for a busy account

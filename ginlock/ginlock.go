@@ -155,13 +155,18 @@ func (m *middleware) handle(c *gin.Context) {
 		err = src.bodyErr
 	}
 	if err != nil {
-		m.reject(c, keyStatus(err), err)
+		status := keyStatus(err)
+		m.reject(c, status, err)
 		// A 500 is a failure, so a span and the log mark it; a key function's error text may
 		// hold request data, while an undeclared parameter's names only the parameter and
-		// the route. An error handler that answered below 500 judged the error to be the
-		// request's (a key function that looked up an order that does not exist: 404): no
-		// failure then, as for a 400.
-		if c.Writer.Status() >= http.StatusInternalServerError {
+		// the route. Not a failure: the client's own mistake (400, 413), whatever status
+		// the error handler answers it with; an error the error handler answered below 500
+		// (a key function that looked up an order that does not exist: 404); a key function
+		// that gave up because the request's context ended (counted as canceled).
+		switch {
+		case status == http.StatusInternalServerError && origCtx.Err() != nil && errors.Is(err, origCtx.Err()):
+			m.tel.end(origCtx, nil, route, OutcomeCanceled, false, nil)
+		case status == http.StatusInternalServerError && c.Writer.Status() >= http.StatusInternalServerError:
 			spanErr, msg := errKeyFunc, errKeyFunc.Error()
 			if errors.Is(err, ErrUndeclaredParam) {
 				spanErr, msg = err, ErrUndeclaredParam.Error()
@@ -169,7 +174,7 @@ func (m *middleware) handle(c *gin.Context) {
 			m.cfg.log.ErrorContext(origCtx, msg, "route", route, "error", err)
 			_, span := m.tel.start(origCtx, route, "")
 			m.tel.end(origCtx, span, route, OutcomeError, false, spanErr)
-		} else {
+		default:
 			m.tel.end(origCtx, nil, route, OutcomeInvalid, false, nil)
 		}
 		return

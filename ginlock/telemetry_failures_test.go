@@ -3,6 +3,7 @@ package ginlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -94,12 +95,16 @@ func TestTelemetryKeyFuncErrorSpan(t *testing.T) {
 
 // A key function whose error the error handler answers below 500 (an order looked up for
 // its account that does not exist: 404) is the request's fault, as a 400 is: counted as
-// invalid, no failed span, nothing logged. A 500 is still logged and marked.
+// invalid, no failed span, nothing logged. So is one whose key function gave up because the
+// request's context ended (counted as canceled). A 500 is still logged and marked.
 func TestTelemetryKeyFuncErrorAnsweredAs404(t *testing.T) {
 	errNoOrder := errors.New("no such order")
 	key := keyfunc.Join(keyfunc.From("acct", func(src keyfunc.Source) (string, error) {
 		if id, _ := src.Value(keyfunc.KindParam, "id"); id == "missing" {
 			return "", errNoOrder
+		}
+		if err := src.Context().Err(); err != nil {
+			return "", fmt.Errorf("order lookup: %w", err) // the request's context ended
 		}
 		return "", errors.New("db down")
 	}))
@@ -118,6 +123,7 @@ func TestTelemetryKeyFuncErrorAnsweredAs404(t *testing.T) {
 	}{
 		{"missing", http.StatusNotFound, ginlock.OutcomeInvalid, false},
 		{"other", http.StatusInternalServerError, ginlock.OutcomeError, true},
+		{"gone", http.StatusInternalServerError, ginlock.OutcomeCanceled, false},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			o := oteltest.New(t)
@@ -128,7 +134,13 @@ func TestTelemetryKeyFuncErrorAnsweredAs404(t *testing.T) {
 				ginlock.WithTracerProvider(o.TP), ginlock.WithMeterProvider(o.MP),
 				ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))),
 				func(c *gin.Context) { c.Status(http.StatusOK) })
-			if w := do(r, req{path: "/orders/" + tc.id + "/pay"}); w.Code != tc.status {
+			q := req{path: "/orders/" + tc.id + "/pay"}
+			if tc.id == "gone" {
+				gone, leave := context.WithCancel(context.Background())
+				leave() // the client went away before the key function ran
+				q.ctx = gone
+			}
+			if w := do(r, q); w.Code != tc.status {
 				t.Fatalf("status %d, want %d", w.Code, tc.status)
 			}
 			counts := o.CounterByAttr(t, "ginlock.requests", "ginlock.outcome")

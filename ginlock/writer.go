@@ -125,11 +125,12 @@ func (w *recorder) WriteHeaderNow() {
 // WriteHeader passes the status on. A 5xx asked for after the response started cannot go
 // out; it is what gin's Recovery placed after ginlock does when the chain panics part-way
 // through its answer (c.AbortWithStatus(500)), so the chain returns as if nothing happened.
-// The answer is then judged as after a panic (see complete). An earlier status asked for
-// again (every c.Render does), or a late non-5xx (a handler's slip that gin ignores), changes
-// nothing.
+// The answer is then judged as after a panic (see complete): also when it started as a 500
+// itself, once some of its body was written. The status of the answer asked for again
+// before its body (every c.Render does), or a late non-5xx (a handler's slip that gin
+// ignores), changes nothing.
 func (w *recorder) WriteHeader(code int) {
-	if code >= 500 && w.ResponseWriter.Written() && code != w.ResponseWriter.Status() {
+	if code >= 500 && w.ResponseWriter.Written() && (code != w.ResponseWriter.Status() || w.writes > 0) {
 		w.failedLate = true
 	}
 	w.ResponseWriter.WriteHeader(code)
