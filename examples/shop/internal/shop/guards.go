@@ -91,12 +91,13 @@ func Protect(locks *dlock.Client, store *Store, log *slog.Logger) Protection {
 	}
 }
 
-// stoppedFirst answers a lock that was not obtained because a shutdown stopped the request's
-// wait (lockWaits.stop) as the shop's 503 unavailable, not as a busy lock (409, which would
-// blame another request) or a store failure; other errors go to h.
+// stoppedFirst answers a request that a shutdown stopped before it held its locks
+// (lockWaits.stop) as the shop's 503 unavailable, whatever the lock middleware made of it: a
+// busy lock (409, which would blame another request), a store failure, or a key function
+// whose database read the stop cut short (500). Other errors go to h.
 func stoppedFirst(h func(c *gin.Context, status int, err error)) func(c *gin.Context, status int, err error) {
 	return func(c *gin.Context, status int, err error) {
-		if (status == http.StatusConflict || status == http.StatusServiceUnavailable) && stoppedWaiting(c) {
+		if stoppedWaiting(c) {
 			failStopped(c)
 			return
 		}

@@ -54,8 +54,10 @@ func (w *lockWaits) enter(c *gin.Context) {
 	w.mu.Unlock()
 	defer w.leave(id)
 	c.Set(waitIDKey, id)
+	orig := c.Request
 	c.Request = c.Request.WithContext(ctx)
 	c.Next()
+	c.Request = orig // the middlewares before this one see the request's own context again
 }
 
 // obtained runs once every lock of the route is held: from here on the request is no
