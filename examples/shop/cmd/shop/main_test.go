@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -19,7 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/examples/shop/internal/shoptest"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
@@ -112,13 +111,7 @@ func TestCtrlCWithRequestQueued(t *testing.T) {
 		t.Fatalf("create account: %d %v", resp.StatusCode, err)
 	}
 	rdb := srv.Client(t)
-	locks := dlock.New(rdb)
-	t.Cleanup(func() { _ = locks.Close() })
-	held, err := locks.Acquire(t.Context(), "account:"+a.ID, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	shoptest.HoldAccount(t, rdb, a.ID)
 
 	type result struct {
 		code int

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/examples/shop/internal/shop"
+	"github.com/lockguard/lockguard/examples/shop/internal/shoptest"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
@@ -40,13 +40,7 @@ func TestCloseStopsQueuedRequestsAtOnce(t *testing.T) {
 
 	// Another client holds the account for longer than the route waits.
 	rdb := srv.Client(t)
-	locks := dlock.New(rdb)
-	t.Cleanup(func() { _ = locks.Close() })
-	held, err := locks.Acquire(t.Context(), "account:"+a.ID, dlock.WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	shoptest.HoldAccount(t, rdb, a.ID)
 
 	type result struct {
 		code       int

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/examples/shop/internal/shop"
 	"github.com/lockguard/lockguard/internal/redistest"
 )
@@ -32,4 +35,19 @@ func Start(t testing.TB, unprotected bool) *shop.Instance {
 		}
 	})
 	return in
+}
+
+// HoldAccount takes the shop's lock of account id from a client of its own, as another
+// replica would, for a minute; it is released, and the client closed, when the test ends.
+// The shop's routes that lock the account then wait in line behind it.
+func HoldAccount(t testing.TB, rdb *redis.Client, id string) *dlock.Lock {
+	t.Helper()
+	locks := dlock.New(rdb)
+	t.Cleanup(func() { _ = locks.Close() })
+	held, err := locks.Acquire(t.Context(), "account:"+id, dlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	return held
 }
