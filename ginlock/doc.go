@@ -60,6 +60,9 @@
 //   - The middleware releases only locks it obtained, also on panic, and restores the
 //     original request context and writer when the chain returns.
 //   - Redis unavailable means 503 and no handler (fail closed), unless WithFailOpen.
+//   - A request whose context ended before its lock was tried (a server deadline spent in
+//     earlier middleware) is answered 503 with Retry-After (ErrRequestEnded), not 409: the
+//     lock was never looked at.
 //   - Used engine-wide (r.Use) with no handler after it, the middleware passes a request
 //     no route matches through untouched, so gin's own 404 or 405 answers it. Its own
 //     errors are always application/problem+json (DefaultErrorHandler), whatever

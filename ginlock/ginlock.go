@@ -180,6 +180,15 @@ func (m *middleware) handle(c *gin.Context) {
 		return
 	}
 
+	if err := origCtx.Err(); err != nil {
+		// Ended before the lock was tried (a server deadline spent in the middleware before
+		// this one, or the client gone): nothing is known of the lock, so neither busy nor
+		// a failure of the store. No span: no lock was waited for.
+		m.tel.end(origCtx, nil, route, OutcomeCanceled, false, nil)
+		c.Header("Retry-After", retryAfter)
+		m.reject(c, http.StatusServiceUnavailable, fmt.Errorf("%w: %w", ErrRequestEnded, context.Cause(origCtx)))
+		return
+	}
 	ctx, span := m.tel.start(origCtx, route, key)
 	lock, err := m.acquire(ctx, key, replaying)
 	var done *dlock.CompletedError

@@ -35,6 +35,12 @@ var (
 	// the route.
 	ErrUndeclaredParam = errors.New("ginlock: the key reads a path parameter the route does not declare")
 
+	// ErrRequestEnded is the cause of a 503 when the request's context had ended before its
+	// lock was tried: a deadline the server set was spent in the middleware before ginlock,
+	// or the client went away. Nothing is known of the lock, and Redis was not called. It
+	// wraps the context's cause (context.DeadlineExceeded, context.Canceled).
+	ErrRequestEnded = errors.New("ginlock: the request ended before its lock was tried")
+
 	// ErrBadRecord is the cause of a 500 when a stored response cannot be decoded (written by
 	// an incompatible version, or not by this package).
 	ErrBadRecord = errors.New("ginlock: unreadable replay record")
@@ -109,6 +115,8 @@ func detail(status int, err error) string {
 		return "What this request works on is locked by another request; retry later."
 	case errors.Is(err, ErrMismatch):
 		return "This key was already used for a request with a different path, query or body."
+	case errors.Is(err, ErrRequestEnded):
+		return "The request ran out of time before its lock was tried; retry later."
 	case status == http.StatusServiceUnavailable:
 		return "The lock service is unavailable; retry later."
 	}
