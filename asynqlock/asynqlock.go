@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -196,11 +198,11 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 		// the key, so it is not busy either.
 		return nil, OutcomeCanceled, fmt.Errorf("asynqlock: task %q not run: the lock hold it re-enters was released: %w", task.Type(), context.Canceled)
 	case errors.Is(err, dlock.ErrNotObtained):
-		locked := &ErrLocked{Key: key, RetryIn: m.cfg.retryIn}
-		if errors.Is(m.cfg.busy, asynq.SkipRetry) || errors.Is(m.cfg.busy, asynq.RevokeTask) {
-			// asynq archives or drops the task: no retry comes, so the error (which asynq
-			// stores and hands to its ErrorHandler) names none.
-			locked.RetryIn = 0
+		locked := &ErrLocked{Key: key}
+		// When asynq archives or drops the task no retry comes, so the error (which asynq
+		// stores and hands to its ErrorHandler) names none: RetryIn stays 0.
+		if !errors.Is(m.cfg.busy, asynq.SkipRetry) && !errors.Is(m.cfg.busy, asynq.RevokeTask) {
+			locked.RetryIn = jittered(m.cfg.retryIn, m.cfg.retryJitter)
 		}
 		if m.cfg.busy != nil {
 			return nil, OutcomeBusy, fmt.Errorf("%w: %w", locked, m.cfg.busy)
@@ -212,6 +214,20 @@ func (m *middleware) acquire(ctx context.Context, key string, task *asynq.Task) 
 		return nil, OutcomeUnavailable, fmt.Errorf("asynqlock: task %q not run: %w", task.Type(), err)
 	}
 	return nil, OutcomeError, fmt.Errorf("asynqlock: task %q not run: %w", task.Type(), err)
+}
+
+// jittered is d plus a random extra below frac×d, in whole milliseconds (the error's text
+// stays short; asynq keeps whole seconds), and never past the largest Duration. Tasks busy
+// on one key then come back spread out rather than all at once, to collide again.
+func jittered(d time.Duration, frac float64) time.Duration {
+	extra := time.Duration(math.MaxInt64) - d // the room left above d
+	if s := float64(d) * frac; s < float64(extra) {
+		extra = time.Duration(s) // s is below the room even where float64 rounded the room up
+	}
+	if extra <= 0 {
+		return d
+	}
+	return d + rand.N(extra).Truncate(time.Millisecond)
 }
 
 // finish releases the lock after the handler returned herr, or records the done marker.

@@ -185,7 +185,7 @@ func TestIsFailureAndRetryDelay(t *testing.T) {
 // A busy task that WithBusy archives or drops is not tried again, and its error, which asynq
 // stores and hands to Config.ErrorHandler, says so: it names no retry delay, and RetryIn is 0
 // (so RetryDelay would give the fallback's delay). A WithBusy error that lets asynq retry
-// keeps RetryIn.
+// keeps RetryIn, WithRetryIn's d plus the jitter: in [d, 1.5d) by default.
 func TestBusyWithoutRetryNamesNoDelay(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
@@ -219,8 +219,12 @@ func TestBusyWithoutRetryNamesNoDelay(t *testing.T) {
 			if !errors.As(err, &le) || (tc.busy != nil && !errors.Is(err, tc.busy)) {
 				t.Fatalf("err = %v; want an *ErrLocked matching %v", err, tc.busy)
 			}
-			if le.RetryIn != tc.retryIn || strings.Contains(err.Error(), "retry in") != (tc.retryIn > 0) {
-				t.Fatalf("RetryIn %s, error %q; want RetryIn %s and a retry delay named only when there is one", le.RetryIn, err, tc.retryIn)
+			inRange := le.RetryIn == 0
+			if tc.retryIn > 0 {
+				inRange = le.RetryIn >= tc.retryIn && le.RetryIn < tc.retryIn*3/2
+			}
+			if !inRange || strings.Contains(err.Error(), "retry in") != (tc.retryIn > 0) {
+				t.Fatalf("RetryIn %s, error %q; want RetryIn in [%s, 1.5 × that) and a retry delay named only when there is one", le.RetryIn, err, tc.retryIn)
 			}
 		})
 	}

@@ -26,17 +26,18 @@
 // own error is returned for asynq to retry, see keyfunc.IsInputError), takes the lock without
 // waiting (WithWait to queue for it), and runs the handler with a context that carries the
 // lock and is cancelled if the lease is lost. A busy lock returns an *ErrLocked carrying
-// RetryIn, or asynq.SkipRetry / asynq.RevokeTask with WithBusy; a wait ends before the
-// task's own deadline so that asynq sees that answer, and a Redis that stops answering
-// during the wait is a failure (dlock.ErrUnavailable), not a busy lock; so is a wait that the
-// task's own context ends (the task cancelled, or an enclosing layer's lock lost): it fails
-// with the context's cause, and WithBusy does not apply. With WithDoneMarker a
-// successful task records its key as done in the same atomic step that releases the lock,
-// and later tasks with that key are acknowledged without running. OncePerSlot adds the
-// schedule slot to the key and turns the done marker on; WithSlotLocation counts the slots
-// in the schedule's time zone, so daylight saving changes neither skip nor repeat a run. The
-// lock is per slot: to keep a run that outlasts its slot apart from the next one, nest a
-// plain lock on the same key inside (docs/asynqlock.md, recipe 3).
+// RetryIn (WithRetryIn's 5 s plus up to half again at random, WithRetryJitter, so that tasks
+// busy on one key do not all come back at once), or asynq.SkipRetry / asynq.RevokeTask with
+// WithBusy; a wait ends before the task's own deadline so that asynq sees that answer, and a
+// Redis that stops answering during the wait is a failure (dlock.ErrUnavailable), not a busy
+// lock; so is a wait that the task's own context ends (the task cancelled, or an enclosing
+// layer's lock lost): it fails with the context's cause, and WithBusy does not apply. With
+// WithDoneMarker a successful task records its key as done in the same atomic step that
+// releases the lock, and later tasks with that key are acknowledged without running.
+// OncePerSlot adds the schedule slot to the key and turns the done marker on; WithSlotLocation
+// counts the slots in the schedule's time zone, so daylight saving changes neither skip nor
+// repeat a run. The lock is per slot: to keep a run that outlasts its slot apart from the next
+// one, nest a plain lock on the same key inside (docs/asynqlock.md, recipe 3).
 //
 // Each task gets an asynqlock.lock span (a child of the enqueuing request's span when the
 // task was made with NewTask), with the outcome and a hash of the key as attributes. A

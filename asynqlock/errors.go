@@ -16,8 +16,9 @@ import (
 // task again after RetryIn without consuming one of its retries.
 type ErrLocked struct {
 	Key string // the lock key; may hold user data, so Error prints only a hash
-	// RetryIn is when to try again (WithRetryIn); 0 when WithBusy archives or drops the
-	// task (asynq.SkipRetry, asynq.RevokeTask), which is then not tried again.
+	// RetryIn is when to try again: WithRetryIn's delay plus WithRetryJitter's random extra,
+	// the delay RetryDelay gives asynq. 0 when WithBusy archives or drops the task
+	// (asynq.SkipRetry, asynq.RevokeTask), which is then not tried again.
 	RetryIn time.Duration
 }
 

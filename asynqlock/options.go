@@ -12,8 +12,9 @@ import (
 
 // Defaults of the options.
 const (
-	DefaultRetryIn    = 5 * time.Second
-	DefaultMaxPayload = 1 << 20 // bytes of payload a key function may read
+	DefaultRetryIn     = 5 * time.Second
+	DefaultRetryJitter = 0.5     // a busy task's RetryIn is uniform in [d, 1.5d)
+	DefaultMaxPayload  = 1 << 20 // bytes of payload a key function may read
 )
 
 // Option configures New and Wrap. A nil Option is skipped.
@@ -25,6 +26,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	retryIn        time.Duration
+	retryJitter    float64
 	wait           time.Duration
 	busy           error
 	busySet        bool
@@ -40,12 +42,26 @@ type config struct {
 	logger         *slog.Logger
 }
 
-// WithRetryIn sets ErrLocked.RetryIn, the delay after which RetryDelay brings a busy task
-// back. Default DefaultRetryIn (5 s); values below 1 s are raised to 1 s. asynq stores retry
-// times in whole seconds and moves due tasks every Config.DelayedTaskCheckInterval (5 s by
-// default), so the task comes back between RetryIn-1s and RetryIn plus that interval.
+// WithRetryIn sets d, the least delay after which RetryDelay brings a busy task back:
+// ErrLocked.RetryIn is d plus WithRetryJitter's random extra. Default DefaultRetryIn (5 s);
+// values below 1 s are raised to 1 s. asynq stores retry times in whole seconds and moves due
+// tasks every Config.DelayedTaskCheckInterval (5 s by default), so the task comes back between
+// RetryIn-1s and RetryIn plus that interval.
 func WithRetryIn(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryIn = max(d, time.Second) })
+}
+
+// WithRetryJitter adds a random extra below frac×d to a busy task's RetryIn, d being
+// WithRetryIn's delay: RetryIn is uniform in [d, (1+frac)×d), in whole milliseconds, so tasks
+// busy on one key come back spread out rather than all at once, to collide again. Default
+// DefaultRetryJitter (0.5); 0 turns it off. asynq keeps retry times in whole seconds and
+// moves due tasks every Config.DelayedTaskCheckInterval, so the spread shows only where it is
+// wider than that interval. It panics if frac is negative, above 1 or NaN.
+func WithRetryJitter(frac float64) Option {
+	if !(frac >= 0 && frac <= 1) {
+		panic("asynqlock: WithRetryJitter fraction must be between 0 and 1")
+	}
+	return optionFunc(func(c *config) { c.retryJitter = frac })
 }
 
 // WithWait makes a task whose lock is busy queue for it for up to d (dlock's Acquire, served
@@ -122,7 +138,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 func newConfig(opts []Option) config {
-	c := config{retryIn: DefaultRetryIn, maxPayload: DefaultMaxPayload}
+	c := config{retryIn: DefaultRetryIn, retryJitter: DefaultRetryJitter, maxPayload: DefaultMaxPayload}
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&c)
