@@ -303,10 +303,14 @@ func formBodyValue(e *eval, name string) (string, bool, error) {
 // tabs (an auth step that stored "" for a request without a user): a required user part then
 // fails with ErrMissing, rather than putting every anonymous caller in one shared scope.
 // Cap: DefaultMaxLen.
-// Panics if key is nil. Name it with Named("user") for readable errors.
+// Panics if key is nil or not comparable (a slice, a map: context.WithValue refuses such
+// keys, so no value could ever be found). Name it with Named("user") for readable errors.
 func ContextValue(key any) Part {
 	if key == nil {
 		panic("keyfunc: ContextValue with nil key")
+	}
+	if !reflect.TypeOf(key).Comparable() {
+		panic(fmt.Sprintf("keyfunc: ContextValue with a key of type %T, which is not comparable", key))
 	}
 	name := fmt.Sprintf("context %T", key)
 	switch k := key.(type) {

@@ -256,11 +256,13 @@ func TestFromError(t *testing.T) {
 
 func TestBuildPanics(t *testing.T) {
 	for name, fn := range map[string]func(){
-		"Join()":            func() { Join() },
-		"zero Part":         func() { Join(Part{}) },
-		"zero scope Part":   func() { Join(Const("a")).Scope(Part{}) },
-		"nil ContextValue":  func() { ContextValue(nil) },
-		"nil From function": func() { From("x", nil) },
+		"Join()":             func() { Join() },
+		"zero Part":          func() { Join(Part{}) },
+		"zero scope Part":    func() { Join(Const("a")).Scope(Part{}) },
+		"nil ContextValue":   func() { ContextValue(nil) },
+		"slice ContextValue": func() { ContextValue([]string{"user"}) },
+		"map ContextValue":   func() { ContextValue(map[string]int{}) },
+		"nil From function":  func() { From("x", nil) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
