@@ -206,7 +206,7 @@ func (c *Client) beginWait() bool {
 // of key from this Client (see WithLock), Acquire re-enters it instead.
 //
 // Errors: ErrInvalidKey; an error matching both ErrNotObtained and ctx.Err() when ctx ended
-// first; ErrUnavailable wrapping Redis errors, also (with ctx.Err()) when ctx ended while
+// first (at once, with nothing sent, when it had ended before the call); ErrUnavailable wrapping Redis errors, also (with ctx.Err()) when ctx ended while
 // Redis did not answer; *CompletedError with SkipCompleted; ErrClosed.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, opts)
@@ -355,6 +355,13 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 		err = closedErr(calls, err)
 		c.tel.endAcquire(ctx, span, grant{attempts: 1}, err)
 		return lk, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Ended before the first look: not obtained, as a wait that ran out, and nothing was
+		// sent, so there is no look to take back (see cleanup).
+		err = &waitError{ctxErr: err}
+		c.tel.endAcquire(ctx, span, grant{}, err)
+		return nil, err
 	}
 	r := acquireRequest{key: key, ttl: ac.ttl, wait: wait, skipCompleted: ac.skipCompleted}
 	if r.ttl == 0 {
