@@ -62,7 +62,8 @@
 //   - Redis unavailable means 503 and no handler (fail closed), unless WithFailOpen.
 //   - A request whose context ended before its lock was tried (a server deadline spent in
 //     earlier middleware) is answered 503 with Retry-After (ErrRequestEnded), not 409: the
-//     lock was never looked at.
+//     lock was never seen busy. With WithWait, a context that ends once the wait began is
+//     a wait that ran out: 409.
 //   - Used engine-wide (r.Use) with no handler after it, the middleware passes a request
 //     no route matches through untouched, so gin's own 404 or 405 answers it. Its own
 //     errors are always application/problem+json (DefaultErrorHandler), whatever

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/keyfunc"
@@ -36,6 +37,9 @@ const retryAfter = "1"
 //   - 503 with Retry-After: the lock store is unavailable (dlock.ErrUnavailable; with
 //     WithFailOpen the handler runs without a lock instead), or the dlock Client was closed
 //     (dlock.ErrClosed, never fail-open);
+//   - 503 with Retry-After: the request's context ended before the lock answered (a
+//     deadline the server set, spent before the middleware; the client gone), so nothing
+//     is known of the lock (ErrRequestEnded, matching the context's error and its cause);
 //   - 500: a keyfunc.From function failed (logged; the answer says nothing of its error), a
 //     context value keyfunc cannot use (of a type it cannot read, keyfunc.ErrUnsupportedType;
 //     over its part cap or not the integer asked for, keyfunc.ErrContextValue), a path
@@ -180,13 +184,9 @@ func (m *middleware) handle(c *gin.Context) {
 		return
 	}
 
-	if err := origCtx.Err(); err != nil {
-		// Ended before the lock was tried (a server deadline spent in the middleware before
-		// this one, or the client gone): nothing is known of the lock, so neither busy nor
-		// a failure of the store. No span: no lock was waited for.
-		m.tel.end(origCtx, nil, route, OutcomeCanceled, false, nil)
-		c.Header("Retry-After", retryAfter)
-		m.reject(c, http.StatusServiceUnavailable, fmt.Errorf("%w: %w", ErrRequestEnded, context.Cause(origCtx)))
+	if origCtx.Err() != nil {
+		// Ended before the lock was tried: no span, no call (see requestEnded).
+		m.requestEnded(c, origCtx, nil, route)
 		return
 	}
 	ctx, span := m.tel.start(origCtx, route, key)
@@ -210,6 +210,10 @@ func (m *middleware) handle(c *gin.Context) {
 			m.tel.end(ctx, span, route, OutcomeReplayed, false, nil)
 			replay(c, rec)
 		}
+	case errors.Is(err, dlock.ErrNotObtained) && m.cfg.wait <= 0 && origCtx.Err() != nil && errors.Is(err, origCtx.Err()):
+		// A look without a wait that ended with the request's context never saw the lock
+		// busy (a busy lock is ErrNotObtained alone): the context ended first.
+		m.requestEnded(c, origCtx, span, route)
 	case errors.Is(err, dlock.ErrNotObtained):
 		outcome := OutcomeBusy
 		if errors.Is(origCtx.Err(), context.Canceled) {
@@ -238,6 +242,20 @@ func (m *middleware) handle(c *gin.Context) {
 		m.cfg.log.ErrorContext(origCtx, "ginlock: lock refused", "key_hash", dlock.KeyHash(key), "route", route, "error", err)
 		m.reject(c, http.StatusInternalServerError, err)
 	}
+}
+
+// requestEnded answers a request whose context ended before the lock answered: a deadline
+// the server set, spent in the middleware before this one, or the client gone. Nothing is
+// known of the lock, so this is neither busy nor a failure of the store: 503 with
+// Retry-After, counted as canceled. The error matches the context's error and its cause.
+func (m *middleware) requestEnded(c *gin.Context, ctx context.Context, span trace.Span, route string) {
+	m.tel.end(ctx, span, route, OutcomeCanceled, false, nil)
+	err := fmt.Errorf("%w: %w", ErrRequestEnded, ctx.Err())
+	if cause := context.Cause(ctx); cause != ctx.Err() {
+		err = fmt.Errorf("%w (%w)", err, cause)
+	}
+	c.Header("Retry-After", retryAfter)
+	m.reject(c, http.StatusServiceUnavailable, err)
 }
 
 // undeclaredParam returns a path parameter that the key needs and the matched route does not

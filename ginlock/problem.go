@@ -36,9 +36,10 @@ var (
 	ErrUndeclaredParam = errors.New("ginlock: the key reads a path parameter the route does not declare")
 
 	// ErrRequestEnded is the cause of a 503 when the request's context had ended before its
-	// lock was tried: a deadline the server set was spent in the middleware before ginlock,
-	// or the client went away. Nothing is known of the lock, and Redis was not called. It
-	// wraps the context's cause (context.DeadlineExceeded, context.Canceled).
+	// lock was tried (a deadline the server set was spent in the middleware before ginlock,
+	// or the client went away), or, without WithWait, before Redis answered the look. Nothing
+	// is known of the lock. The error also matches the context's error
+	// (context.DeadlineExceeded, context.Canceled) and its cause.
 	ErrRequestEnded = errors.New("ginlock: the request ended before its lock was tried")
 
 	// ErrBadRecord is the cause of a 500 when a stored response cannot be decoded (written by

@@ -21,7 +21,7 @@ const ScopeName = "github.com/lockguard/lockguard/ginlock"
 const (
 	OutcomeObtained    = "obtained"    // the lock was taken; the handler ran
 	OutcomeBusy        = "busy"        // the lock was held (after the wait, if any): 409
-	OutcomeCanceled    = "canceled"    // the client went away while the request waited for the lock (not a deadline: busy), or the request had ended before the lock was tried (503)
+	OutcomeCanceled    = "canceled"    // the client went away while the request waited for the lock (not a deadline: busy), or the request had ended before the lock answered (503)
 	OutcomeReplayed    = "replayed"    // a stored response was replayed
 	OutcomeMismatch    = "mismatch"    // a stored response exists for another fingerprint: 422
 	OutcomeUnavailable = "unavailable" // the lock store failed: 503, or the handler ran (fail-open)
