@@ -206,8 +206,9 @@ func (c *Client) beginWait() bool {
 // of key from this Client (see WithLock), Acquire re-enters it instead.
 //
 // Errors: ErrInvalidKey; an error matching both ErrNotObtained and ctx.Err() when ctx ended
-// first (at once, with nothing sent, when it had ended before the call); ErrUnavailable wrapping Redis errors, also (with ctx.Err()) when ctx ended while
-// Redis did not answer; *CompletedError with SkipCompleted; ErrClosed.
+// first (at once, with nothing sent, when it had ended before the call); ErrUnavailable
+// wrapping Redis errors, also (with ctx.Err()) when ctx ended while Redis did not answer;
+// *CompletedError with SkipCompleted; ErrClosed.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	return c.acquire(ctx, key, true, opts)
 }
