@@ -59,6 +59,9 @@ func newMiddleware(client *dlock.Client, key *keyfunc.Func, opts []Option) *midd
 		panic("asynqlock: New needs a dlock.Client and a key function")
 	}
 	cfg := newConfig(opts)
+	if cfg.slotLoc != nil && cfg.slot == 0 {
+		panic("asynqlock: WithSlotLocation without OncePerSlot: there are no slots to count")
+	}
 	if cfg.slot > 0 {
 		key = key.Scope(SlotIn(cfg.slot, cfg.slotLoc))
 	}

@@ -52,11 +52,12 @@ func WithRetryIn(d time.Duration) Option {
 }
 
 // WithRetryJitter adds a random extra below frac×d to a busy task's RetryIn, d being
-// WithRetryIn's delay: RetryIn is uniform in [d, (1+frac)×d), in whole milliseconds, so tasks
-// busy on one key come back spread out rather than all at once, to collide again. Default
-// DefaultRetryJitter (0.5); 0 turns it off. asynq keeps retry times in whole seconds and
-// moves due tasks every Config.DelayedTaskCheckInterval, so the spread shows only where it is
-// wider than that interval. It panics if frac is negative, above 1 or NaN.
+// WithRetryIn's delay: RetryIn is uniform in [d, (1+frac)×d), the extra in whole
+// milliseconds, so tasks busy on one key come back spread out rather than all at once, to
+// collide again. Default DefaultRetryJitter (0.5); 0 turns it off. asynq keeps retry times
+// in whole seconds and moves due tasks every Config.DelayedTaskCheckInterval, so the spread
+// shows only where it is wider than that interval. It panics if frac is negative, above 1 or
+// NaN.
 func WithRetryJitter(frac float64) Option {
 	if !(frac >= 0 && frac <= 1) {
 		panic("asynqlock: WithRetryJitter fraction must be between 0 and 1")
@@ -71,7 +72,8 @@ func WithRetryJitter(frac float64) Option {
 // timeout, and it ends with the task's context. The first look at the lock gets at least a
 // second whatever d (the task's deadline permitting), so a short d never makes a free lock
 // look busy.
-// Default 0: try once (TryAcquire) and report busy at once, freeing the worker.
+// Default 0: try once (TryAcquire) and report busy at once, freeing the worker; d <= 0 does
+// the same, also under OncePerSlot, whose own wait it then replaces.
 func WithWait(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.wait, c.waitSet = max(d, 0), true })
 }
@@ -80,7 +82,8 @@ func WithWait(d time.Duration) Option {
 // it, asynq.RevokeTask drops it ("someone else is already doing exactly this"). Default nil:
 // the task is retried after RetryIn (see IsFailure and RetryDelay). The returned error wraps
 // both, so errors.As(err, new(*ErrLocked)) still answers true; with asynq.SkipRetry or
-// asynq.RevokeTask its RetryIn is 0, as no retry follows.
+// asynq.RevokeTask its RetryIn is 0, as no retry follows. Any other error is wrapped the same
+// way and steers nothing: the task is retried after RetryIn, as with nil.
 func WithBusy(action error) Option {
 	return optionFunc(func(c *config) { c.busy, c.busySet = action, true })
 }

@@ -4,15 +4,33 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/lockguard/lockguard/keyfunc"
 )
 
 // HeaderScheduledAt is the task header Slot reads the scheduled time from, as RFC 3339 text
-// (time.RFC3339Nano). Enqueuers that know when a run was due (a cron job, a ticker loop) set
-// it; asynq.Scheduler cannot, because it enqueues the same registered task on every tick.
+// (time.RFC3339Nano; "t" and "z" may be lower case, and a leap second, :60, counts as the
+// last instant of its minute). Enqueuers that know when a run was due (a cron job, a ticker
+// loop) set it. asynq.Scheduler cannot: it enqueues the task given to Register on every tick,
+// and its PreEnqueueFunc could only write the header into that one shared task, from a
+// goroutine of each tick's own, racing with the enqueue of the tick before.
 const HeaderScheduledAt = "lockguard-scheduled-at"
+
+// parseScheduledAt reads a HeaderScheduledAt value: RFC 3339, which time.RFC3339Nano reads
+// but for the lower-case "t" and "z" and the leap second that RFC 3339 allows.
+func parseScheduledAt(v string) (time.Time, error) {
+	v = strings.ToUpper(v) // nothing else in RFC 3339 text has a case
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil && len(v) > 19 && v[17:19] == "60" {
+		// 23:59:60 is the leap second inserted after 23:59:59: the last instant of that minute.
+		if t, err = time.Parse(time.RFC3339Nano, v[:17]+"59"+v[19:]); err == nil {
+			t = t.Truncate(time.Second).Add(time.Second - 1)
+		}
+	}
+	return t, err
+}
 
 // Slot is a key part naming the schedule slot a periodic task belongs to: its scheduled time
 // truncated to period, rendered as UTC "20060102T150405Z" (with a fraction for sub-second
@@ -26,7 +44,7 @@ const HeaderScheduledAt = "lockguard-scheduled-at"
 //
 // Caveats of processing time: a task processed in a later slot than it was scheduled for (a
 // backlog, a retry) counts for the slot it runs in, so keep queue latency well below the
-// period. A task processed less than slotLead (min(period/10, 1 s)) before a slot boundary
+// period, or enqueue the task from a loop of your own that sets the header. A task processed less than slotLead (min(period/10, 1 s)) before a slot boundary
 // counts for the slot that starts there: a tick on the boundary, read on a worker whose
 // clock is a little behind the scheduler's, must not fall into the slot before it.
 func Slot(period time.Duration) keyfunc.Part { return SlotIn(period, time.UTC) }
@@ -53,7 +71,7 @@ func SlotIn(period time.Duration, loc *time.Location) keyfunc.Part {
 		var t time.Time
 		if v, ok := src.Value(keyfunc.KindHeader, HeaderScheduledAt); ok {
 			var err error
-			if t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			if t, err = parseScheduledAt(v); err != nil {
 				return "", fmt.Errorf("header %s: %w", HeaderScheduledAt, keyfunc.ErrInvalid)
 			}
 		} else {
@@ -225,7 +243,8 @@ func OncePerSlot(period time.Duration) Option {
 
 // WithSlotLocation makes OncePerSlot count slots in loc, the time zone the schedule is kept
 // in: whole days by loc's calendar, periods that divide a day by its wall clock (see SlotIn).
-// Default UTC, asynq.Scheduler's default Location.
+// Default UTC, asynq.Scheduler's default Location. Without OncePerSlot there are no slots to
+// count: New and Wrap panic.
 func WithSlotLocation(loc *time.Location) Option {
 	return optionFunc(func(c *config) { c.slotLoc = loc })
 }

@@ -94,6 +94,11 @@ func TestSlotPart(t *testing.T) {
 		{"scheduled header", map[string]string{asynqlock.HeaderScheduledAt: "2026-11-21T05:59:59.999Z"}, "report:20261121T050000Z", nil},
 		{"header in another zone", map[string]string{asynqlock.HeaderScheduledAt: "2026-11-21T07:30:00+02:00"}, "report:20261121T050000Z", nil},
 		{"malformed header", map[string]string{asynqlock.HeaderScheduledAt: "yesterday"}, "", keyfunc.ErrInvalid},
+		// RFC 3339 (5.6) allows a lower-case t and z, and a leap second: the last instant of its minute.
+		{"lower-case t and z", map[string]string{asynqlock.HeaderScheduledAt: "2026-11-21t05:59:59.999z"}, "report:20261121T050000Z", nil},
+		{"leap second", map[string]string{asynqlock.HeaderScheduledAt: "2016-12-31T23:59:60Z"}, "report:20161231T230000Z", nil},
+		{"leap second with a fraction and an offset", map[string]string{asynqlock.HeaderScheduledAt: "2017-01-01T00:59:60.5+01:00"}, "report:20161231T230000Z", nil},
+		{"second 61", map[string]string{asynqlock.HeaderScheduledAt: "2016-12-31T23:59:61Z"}, "", keyfunc.ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := key.Key(asynqlock.NewSource(t.Context(), asynq.NewTaskWithHeaders("report", nil, tc.headers)))

@@ -2,6 +2,7 @@ package asynqlock_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 	_ "time/tzdata"
@@ -92,4 +93,24 @@ func TestDailySlotStartWhereMidnightRepeats(t *testing.T) {
 	if len(keys) != 1 {
 		t.Errorf("one day, %d slots: %v", len(keys), keys)
 	}
+}
+
+// WithSlotLocation says where OncePerSlot counts its slots: without OncePerSlot it would do
+// nothing, so building the middleware panics.
+func TestWithSlotLocationNeedsOncePerSlot(t *testing.T) {
+	e := newEnv(t)
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := asynq.HandlerFunc(func(context.Context, *asynq.Task) error { return nil })
+	key := keyfunc.Join(keyfunc.Meta(keyfunc.MetaTaskType))
+	_ = asynqlock.Wrap(h, e.lock, key, asynqlock.OncePerSlot(time.Hour), asynqlock.WithSlotLocation(berlin))
+	_ = asynqlock.Wrap(h, e.lock, key, asynqlock.WithSlotLocation(nil)) // nil, the default (UTC), asks for nothing
+	defer func() {
+		if p, _ := recover().(string); !strings.Contains(p, "WithSlotLocation without OncePerSlot") {
+			t.Fatalf("panic %q; want one naming WithSlotLocation without OncePerSlot", p)
+		}
+	}()
+	_ = asynqlock.Wrap(h, e.lock, key, asynqlock.WithSlotLocation(berlin))
 }
