@@ -20,6 +20,10 @@ import (
 // stopped (Instance.Close); requests queued for a lock are stopped at once.
 const shutdownWait = 10 * time.Second
 
+// repeatWindow is how long after the first SIGINT or SIGTERM another is taken for the same
+// one, delivered twice, rather than a second Ctrl-C that kills the shop.
+const repeatWindow = time.Second
+
 func main() {
 	if err := run(); err != nil {
 		msg := err.Error()
@@ -64,7 +68,13 @@ func run() error {
 	case <-ctx.Done():
 	case err = <-in.Failed():
 	}
-	stop() // a second Ctrl-C kills at once
+	// One Ctrl-C can arrive twice (GNU timeout and a terminal's job control signal the
+	// process group too): a repeat within repeatWindow is the same one. A later one kills
+	// the shop at once (the signal's default action).
+	repeats := make(chan os.Signal, 1)
+	signal.Notify(repeats, os.Interrupt, syscall.SIGTERM) // before stop: no gap without a handler
+	stop()
+	time.AfterFunc(repeatWindow, func() { signal.Stop(repeats) })
 	shutdown, cancel := context.WithTimeout(context.Background(), shutdownWait)
 	defer cancel()
 	fmt.Printf("shop: shutting down: requests queued for a lock answer 503, running ones get up to %v (Ctrl-C again to kill)\n", shutdownWait)

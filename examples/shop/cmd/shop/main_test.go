@@ -42,6 +42,73 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// shopProcess is the shop command running as a user starts it, with its output collected.
+type shopProcess struct {
+	cmd      *exec.Cmd
+	out      syncBuffer // stdout
+	stderr   syncBuffer
+	exited   chan error // cmd.Wait's result, once stdout is read to its end
+	url, db  string     // from the banner
+	finished bool       // the test has received from exited
+}
+
+// startShop builds the shop command, runs it with env added to its environment, and waits
+// for its banner. The process is killed at the end of the test if it is still running.
+func startShop(t *testing.T, env ...string) *shopProcess {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "shop")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	p := &shopProcess{cmd: exec.Command(bin, "-addr", "127.0.0.1:0"), exited: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), env...)
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			p.out.Write([]byte(line + "\n"))
+			if rest, ok := strings.CutPrefix(line, "shop: protected on "); ok {
+				p.url = rest
+			}
+			if rest, ok := strings.CutPrefix(line, "  db     "); ok {
+				p.db = rest
+				close(ready) // the banner's last line but one
+			}
+		}
+		p.exited <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if !p.finished {
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-p.exited:
+		p.finished = true
+		t.Fatalf("the shop exited before it served: %v\n%s%s", err, p.out.String(), p.stderr.String())
+	}
+	return p
+}
+
+// wait waits for the shop to exit and returns cmd.Wait's result.
+func (p *shopProcess) wait() error {
+	err := <-p.exited
+	p.finished = true
+	return err
+}
+
 // TestCtrlCWithRequestQueued runs the shop command as a user does and presses Ctrl-C
 // (SIGINT) while a withdrawal is queued behind an account lock held elsewhere: the shop
 // answers that request 503 unavailable at once (it had done nothing), says it stopped, and
@@ -52,52 +119,9 @@ func TestCtrlCWithRequestQueued(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the command")
 	}
-	bin := filepath.Join(t.TempDir(), "shop")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	srv := redistest.Start(t)
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "REDIS_ADDR="+srv.Addr())
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	var out syncBuffer
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			out.Write([]byte(line + "\n"))
-			if rest, ok := strings.CutPrefix(line, "shop: protected on "); ok {
-				urls <- rest
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	waited := false // set once the test has received from exited
-	t.Cleanup(func() {
-		if !waited {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	var url string
-	select {
-	case url = <-urls:
-	case err := <-exited:
-		waited = true
-		t.Fatalf("the shop exited before it served: %v\n%s%s", err, out.String(), stderr.String())
-	}
-
+	p := startShop(t, "REDIS_ADDR="+srv.Addr())
+	url := p.url
 	c := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(c.CloseIdleConnections)
 	resp, err := c.Post(url+"/api/accounts", "application/json", strings.NewReader(`{"owner":"alice","balance":10000}`))
@@ -132,28 +156,92 @@ func TestCtrlCWithRequestQueued(t *testing.T) {
 	// dlock keeps a waiter's place in line in Redis, next to the lock.
 	for queued := false; !queued; {
 		select {
-		case err := <-exited:
-			waited = true
-			t.Fatalf("the shop exited: %v\n%s%s", err, out.String(), stderr.String())
+		case err := <-p.exited:
+			p.finished = true
+			t.Fatalf("the shop exited: %v\n%s%s", err, p.out.String(), p.stderr.String())
 		case <-time.After(10 * time.Millisecond):
 		}
 		keys, err := rdb.Keys(t.Context(), "*"+a.ID+"*").Result()
 		queued = err == nil && len(keys) > 1
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	err = <-exited
-	waited = true
-	t.Logf("stdout:\n%sstderr:\n%s", out.String(), stderr.String())
+	err = p.wait()
+	t.Logf("stdout:\n%sstderr:\n%s", p.out.String(), p.stderr.String())
 	if err != nil {
 		t.Errorf("the shop stopped with Ctrl-C exited with %v, want status 0", err)
 	}
-	if !strings.Contains(out.String(), "shop: stopped") {
-		t.Errorf("the shop's output does not say it stopped:\n%s", out.String())
+	if !strings.Contains(p.out.String(), "shop: stopped") {
+		t.Errorf("the shop's output does not say it stopped:\n%s", p.out.String())
 	}
 	if r := <-answered; r.err != nil || r.code != http.StatusServiceUnavailable || r.body != `{"error":"unavailable"}` {
 		t.Errorf("the queued withdrawal answered %d %s (%v), want 503 {\"error\":\"unavailable\"}", r.code, r.body, r.err)
+	}
+}
+
+// One Ctrl-C can reach the shop twice: GNU timeout, and a terminal's job control, signal the
+// process and its process group. A repeat within a second of the first is the same Ctrl-C:
+// the shop still shuts down cleanly, exits 0 and removes its temporary files. Before, a
+// repeat that came while the shutdown ran (here: the worker giving a refund that waits for
+// a busy account its 5 s) killed it at once, leaving its temporary database behind.
+func TestCtrlCDeliveredTwice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the command")
+	}
+	srv := redistest.Start(t)
+	p := startShop(t, "REDIS_ADDR="+srv.Addr()) // the database is a temporary file
+	c := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(c.CloseIdleConnections)
+	call := func(path, idemKey, body string, want int) map[string]any {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, p.url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if idemKey != "" {
+			req.Header.Set("Idempotency-Key", idemKey)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != want {
+			t.Fatalf("POST %s: %d %v (%v), want %d", path, resp.StatusCode, v, err, want)
+		}
+		return v
+	}
+	account, _ := call("/api/accounts", "", `{"owner":"alice","balance":10000}`, http.StatusCreated)["id"].(string)
+	order, _ := call("/api/orders", "", `{"account_id":"`+account+`","amount":2500}`, http.StatusCreated)["id"].(string)
+	call("/api/orders/"+order+"/pay", "pay-1", "", http.StatusOK)
+	rdb := srv.Client(t)
+	shoptest.HoldAccount(t, rdb, account)
+	call("/api/orders/"+order+"/refund", "", "", http.StatusAccepted)
+	// The refund task queues for the account lock: dlock keeps its place in line in Redis.
+	for queued := false; !queued; time.Sleep(10 * time.Millisecond) {
+		keys, err := rdb.Keys(t.Context(), "*account:"+account+"*").Result()
+		queued = err == nil && len(keys) > 1
+	}
+
+	for range 2 {
+		if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the second comes while the shutdown runs
+	}
+	err := p.wait()
+	t.Logf("stdout:\n%sstderr:\n%s", p.out.String(), p.stderr.String())
+	if err != nil {
+		t.Errorf("the shop given Ctrl-C twice at once exited with %v, want status 0", err)
+	}
+	if !strings.Contains(p.out.String(), "shop: stopped") {
+		t.Errorf("the shop's output does not say it stopped:\n%s", p.out.String())
+	}
+	if _, err := os.Stat(filepath.Dir(p.db)); !os.IsNotExist(err) {
+		t.Errorf("the shop's temporary directory %s is still there (%v)", filepath.Dir(p.db), err)
 	}
 }
