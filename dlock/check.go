@@ -26,6 +26,7 @@ var ErrUnsafeStore = errors.New("dlock: unsafe store configuration")
 // ErrUnavailable wrapping the store's error when a server could not be asked (unreachable, or
 // refusing INFO to the Client's user: the check reads INFO memory); ErrClosed.
 func (c *Client) Check(ctx context.Context) error {
+	mustContext(ctx, "Check")
 	if c.closed.Load() {
 		return ErrClosed
 	}

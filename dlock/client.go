@@ -210,6 +210,7 @@ func (c *Client) beginWait() bool {
 // wrapping Redis errors, also (with ctx.Err()) when ctx ended while Redis did not answer;
 // *CompletedError with SkipCompleted; ErrClosed.
 func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	mustContext(ctx, "Acquire")
 	return c.acquire(ctx, key, true, opts)
 }
 
@@ -217,6 +218,7 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 // A busy lock gives ErrNotObtained; other errors are those of Acquire. Re-entry works as with
 // Acquire.
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
+	mustContext(ctx, "TryAcquire")
 	return c.acquire(ctx, key, false, opts)
 }
 
@@ -233,6 +235,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if fn == nil {
 		panic("dlock: Do with a nil fn")
 	}
+	mustContext(ctx, "Do")
 	lk, err := c.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err
@@ -258,6 +261,7 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 // Completed returns the record stored by Complete for key, if it is still retained. After
 // Close it returns ErrClosed.
 func (c *Client) Completed(ctx context.Context, key string) (record []byte, ok bool, err error) {
+	mustContext(ctx, "Completed")
 	if c.closed.Load() {
 		return nil, false, ErrClosed
 	}
@@ -299,6 +303,17 @@ const releaseBound = 5 * time.Second
 // ctx may have ended, bounded as boundedContext bounds it.
 func (c *Client) releaseContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return c.boundedContext(context.WithoutCancel(ctx))
+}
+
+// sendContext is the context a release is sent with: ctx, bounded as boundedContext bounds
+// it, or, when ctx had ended before the call, ctx without its cancellation (releaseContext):
+// a release asked for with an ended context (defer lock.Release(ctx) after the request's
+// context ended) still frees the key, rather than leave it locked to the end of its lease.
+func (c *Client) sendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Err() != nil {
+		return c.releaseContext(ctx)
+	}
+	return c.boundedContext(ctx)
 }
 
 // boundedContext gives a context that cannot end a deadline releaseBound away when the store
@@ -351,11 +366,20 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	calls, done := c.untilClose(ctx)
 	defer done()
 	if outer := heldIn(ctx, c, key); outer != nil {
-		span.reentry()
 		lk, err := outer.reenter(calls, ac.skipCompleted)
-		err = closedErr(calls, err)
-		c.tel.endAcquire(ctx, span, grant{attempts: 1}, err)
-		return lk, err
+		// A hold released as the call came: a context of the lock (WithLock) ends with that
+		// release, so the call answers as it will once the release returns. One that cannot
+		// end (context.WithoutCancel of it, for work that outlives the hold) takes the lock
+		// afresh, as the same call a moment later does.
+		if err != errHoldReleased || ctx.Done() != nil {
+			if err == errHoldReleased {
+				err = &waitError{ctxErr: context.Canceled}
+			}
+			span.reentry()
+			err = closedErr(calls, err)
+			c.tel.endAcquire(ctx, span, grant{attempts: 1}, err)
+			return lk, err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		// Ended before the first look: not obtained, as a wait that ran out, and nothing was

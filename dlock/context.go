@@ -26,10 +26,11 @@ type held struct {
 // a loop that derives a context per unit of work from one long-lived ctx under a long-held
 // lock does not accumulate them.
 func WithLock(ctx context.Context, lk *Lock) context.Context {
+	mustContext(ctx, "WithLock")
 	var from context.Context
 	// The value, not only its type: a comparable type (a struct with an interface field, as
 	// context.WithoutCancel's) can hold a value that is not, and comparing it would panic.
-	if ctx != nil && reflect.ValueOf(ctx).Comparable() {
+	if reflect.ValueOf(ctx).Comparable() {
 		if out := lk.l.boundFrom(ctx, lk); out != nil {
 			return out
 		}
@@ -45,10 +46,19 @@ func WithLock(ctx context.Context, lk *Lock) context.Context {
 // FromContext returns the innermost lock that ctx carries (see WithLock), for its fencing
 // token or key; ok is false when ctx carries none. The lock may have ended since: check Err.
 func FromContext(ctx context.Context) (lk *Lock, ok bool) {
+	mustContext(ctx, "FromContext")
 	if h, _ := ctx.Value(ctxKey{}).(*held); h != nil {
 		return h.lk, true
 	}
 	return nil, false
+}
+
+// mustContext panics, naming op, for a nil ctx, before op changes anything: a hold is never
+// left half released, nor a lock half taken.
+func mustContext(ctx context.Context, op string) {
+	if ctx == nil {
+		panic("dlock: " + op + " with a nil Context")
+	}
 }
 
 // heldIn returns the innermost live hold of key by c in ctx.

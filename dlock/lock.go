@@ -74,10 +74,14 @@ func (lk *Lock) isReleased() bool {
 // ErrUnavailable when Redis could not be reached; in that last case the lock is no longer
 // renewed and expires at the end of its lease, or, for a hold that was not the last, the
 // hold is taken off in the background (tried again until Redis answers, while the lease
-// lasts) so the other holds' release still frees the key. Pass
-// context.WithoutCancel of an ended context to release anyway: a context that cannot end is
-// bounded by the Redis client's timeouts, or by 5 s when it has none (ReadTimeout -1).
+// lasts) so the other holds' release still frees the key. A context that had ended before
+// the call does not stop the release: it is sent as with context.WithoutCancel(ctx), so that
+// defer lock.Release(ctx) frees the key after a request's context ended; only a context that
+// ends while the call is on its way gives up on it. A context that cannot end is bounded by
+// the Redis client's timeouts, or by 5 s when it has none (ReadTimeout -1). It panics for a
+// nil ctx, as every call of the package does, before anything changes.
 func (lk *Lock) Release(ctx context.Context) error {
+	mustContext(ctx, "Release")
 	return lk.release(ctx, releaseRequest{})
 }
 
@@ -90,6 +94,7 @@ func (lk *Lock) Release(ctx context.Context) error {
 // still has it as ours), the record is stored with the release all the same, and the loss is
 // returned.
 func (lk *Lock) Complete(ctx context.Context, record []byte, retention time.Duration) error {
+	mustContext(ctx, "Complete")
 	if retention <= 0 {
 		return fmt.Errorf("dlock: complete: retention must be positive, got %v", retention)
 	}
@@ -122,7 +127,7 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 			// its lease, storing Complete's record with it as a release would; the loss stays
 			// the answer.
 			r.key, r.owner, r.entry, r.names = l.key, l.owner, lk.entry, l.names
-			ctx, cancel := l.c.boundedContext(ctx)
+			ctx, cancel := l.c.sendContext(ctx)
 			defer cancel()
 			_, _ = l.c.be.release(ctx, r)
 		}
@@ -133,7 +138,7 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 	}
 
 	r.key, r.owner, r.entry, r.names = l.key, l.owner, lk.entry, l.names
-	ctx, cancel := l.c.boundedContext(ctx)
+	ctx, cancel := l.c.sendContext(ctx)
 	defer cancel()
 	res, err := l.c.be.release(ctx, r)
 	switch {
@@ -174,12 +179,14 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 // within a third of ttl; the watchdog does not renew it while a Refresh is in flight. It returns
 // ErrNotHeld for a released hold, an error matching ErrLockLost when the lock was lost (also
 // when someone else owns it now: their lock is not touched), ErrUnavailable wrapping Redis
-// errors or the context's end, and an error for a ttl below MinLease. When the outcome is
+// errors or the context's end (a context that had ended sends nothing and changes nothing),
+// and an error for a ttl below MinLease. When the outcome is
 // unknown (ErrUnavailable), the lock counts on the shorter of its old lease and ttl, until the
 // answer of a call given up by ctx but still on its way comes: it counts then as if it had
 // come in time. An answer that comes after the lease ended on our clock renews nothing (the
 // error matches ErrLockLost), and frees the lock in Redis.
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	mustContext(ctx, "Refresh")
 	if ttl < MinLease {
 		return fmt.Errorf("dlock: refresh: ttl must be at least %v, got %v", MinLease, ttl)
 	}
@@ -191,6 +198,12 @@ func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	case l.renewing <- struct{}{}:
 	case <-ctx.Done():
 		return unavailable("refresh", ctx.Err())
+	}
+	if err := ctx.Err(); err != nil {
+		// Ended before the call, or as the token came (select picks at random among ready
+		// cases): nothing is sent, so the outcome is known and the lease stays as it was.
+		<-l.renewing
+		return unavailable("refresh", err)
 	}
 	sent := time.Now()
 	ok, err := l.c.be.renew(ctx, []renewal{{key: l.key, owner: l.owner, names: l.names, ttl: ttl}})
@@ -265,15 +278,17 @@ func (l *lease) refreshed(sent time.Time, ttl time.Duration, ok bool) error {
 	return nil
 }
 
+// errHoldReleased is reenter's answer when the last hold of the lease it would join was
+// released as it came (see Client.acquire).
+var errHoldReleased = errors.New("dlock: the hold re-entered was released")
+
 // reenter adds a hold to the lease for a nested Acquire. With skipCompleted, a completion
 // record of the key answers *CompletedError instead, as it does for a first acquisition.
 func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) {
 	l := lk.l
 	if err := l.err(); err != nil {
 		if !errors.Is(err, ErrLockLost) {
-			// Released since the caller found it in ctx: ctx, which ends with the lease,
-			// is ending, and answers as it does right after the release.
-			return nil, &waitError{ctxErr: context.Canceled}
+			return nil, errHoldReleased // since the caller found it in ctx
 		}
 		return nil, err
 	}
@@ -297,9 +312,8 @@ func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) 
 	}
 	if n < 0 {
 		if l.releasing() {
-			// The last hold's release freed the key while this re-entry was on its way: the
-			// context it re-enters with is ending (cause ErrNotHeld), as after the release.
-			return nil, &waitError{ctxErr: context.Canceled}
+			// The last hold's release freed the key while this re-entry was on its way.
+			return nil, errHoldReleased
 		}
 		err := lost("re-entry found the lock gone or owned by another owner")
 		l.end(err)
