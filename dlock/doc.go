@@ -67,9 +67,11 @@
 //   - Completion records: Complete stores a record and releases in one step; an acquisition
 //     with SkipCompleted gets the record instead of the lock. Middlewares build idempotent
 //     replay and "done" markers on it.
-//   - Every script runs safely twice, because go-redis retries commands after network errors.
-//     A retried Release answers released also when, before the retry came, the lock went to
-//     others who released it in turn (up to 5 later full releases).
+//   - Every script runs safely twice, because go-redis retries commands after network errors:
+//     a retry never gives a lock twice. A retried Release answers released also when, before
+//     the retry came, the lock went to others who released it in turn (up to 5 later full
+//     releases); a retry later than that, or after the lease would have run out, answers lost
+//     for a release that happened.
 //     On a Cluster whose slot is being migrated, a release or a waiting Acquire runs its
 //     script again until the slot has moved (Redis answers TRYAGAIN meanwhile), for up to 5 s.
 //     Once it has moved, waiters listen again on the slot's new master (the old node ends

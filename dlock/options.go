@@ -77,7 +77,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithReplicaAck makes an acquisition count only once n replicas have acknowledged it (Redis
 // WAIT, sent in the same pipeline as the acquire script, so it is still one round trip plus the
-// replication delay). A lock not acknowledged within timeout is released again and the call
+// replication delay; two, each waiting up to timeout, when the node answers that it does not
+// have the script yet and both are sent again). A lock not acknowledged within timeout is released again and the call
 // returns an error matching ErrUnavailable. A lock handed to a waiter is confirmed the same way
 // before the waiter gets it. This narrows the window in which a failover loses a fresh lock; it
 // does not close it (WAIT does not make Redis strongly consistent). Default: off. Works with a

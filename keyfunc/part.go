@@ -159,8 +159,8 @@ func valuePart(kind Kind, name string, defMax int) Part {
 }
 
 // IdempotencyKey is the Idempotency-Key header, accepted as an RFC 8941 sf-string ("abc")
-// or bare (abc). The key must be 1..255 printable ASCII characters (cap: DefaultMaxHeaderLen,
-// see MaxLen); otherwise ErrInvalid or ErrTooLong. A bare key with a comma is two keys (a
+// or bare (abc). The key must be 1..255 printable ASCII characters, counted without the
+// quotes (cap: DefaultMaxHeaderLen, see MaxLen); otherwise ErrInvalid or ErrTooLong. A bare key with a comma is two keys (a
 // list, or repeated header lines a proxy combined): ErrInvalid; quote a key that holds one.
 // A Source that also implements MultiValueSource (ginlock's does) shows every header line: a
 // key on more than one line is ErrInvalid, whatever the lines hold. A header
