@@ -74,11 +74,14 @@ func newConfig(opts []Option) config {
 const statusClientClosed = 499
 
 // defaultStorable stores what a retry would get again: 2xx, 3xx (a 303 after a POST points
-// at what it made) and 4xx, except 304 and the 4xx that say "not now" (408, 409, 425, 429,
-// and 499, the client left): replaying those would keep the key from ever running.
+// at what it made) and 4xx, except 304, 206 and 416 and the 4xx that say "not now" (408, 409,
+// 425, 429, and 499, the client left): replaying those would keep the key from ever running.
 func defaultStorable(status int) bool {
 	switch status {
 	case http.StatusNotModified, // an answer to the request's own validators, not a result
+		// answers to the request's own Range, which the fingerprint does not cover: a retry
+		// asking for another range (or the whole) must not get this one
+		http.StatusPartialContent, http.StatusRequestedRangeNotSatisfiable,
 		http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests,
 		statusClientClosed:
 		return false
@@ -122,8 +125,9 @@ func WithoutReplay() Option {
 }
 
 // WithReplayStatuses sets which statuses of the handler's response are stored for replay.
-// Default: every 2xx, 3xx and 4xx except 304 and 408, 409, 425, 429 and 499 (transient: the retry
-// they invite must run); 5xx are not stored either, so the client's retry runs the handler again.
+// Default: every 2xx, 3xx and 4xx except 304, 206 and 416 (answers to the request's own
+// validators and Range) and 408, 409, 425, 429 and 499 (transient: the retry they invite must
+// run); 5xx are not stored either, so the client's retry runs the handler again.
 // A nil f restores the default. Whatever f says, a response that a ginlock middleware
 // nested inside this one made itself (400, 409, 413, 422, 503) is never stored.
 func WithReplayStatuses(f func(status int) bool) Option {
@@ -139,12 +143,14 @@ func WithReplayStatuses(f func(status int) bool) Option {
 // replacing the default list: Content-Type and Location. A Content-Encoding set by the chain
 // after the middleware is always stored (the body is kept as the chain encoded it); one set
 // before it, by a compressing middleware outside, is not (the kept body is not encoded). A
-// body stored gzip or deflate encoded is decoded for a retry whose Accept-Encoding does not
-// accept that encoding (no Accept-Encoding: none accepted), and replayed without
-// Content-Encoding; other encodings are replayed as stored. Values a middleware before
-// ginlock set for the request (a session cookie it refreshes, a request id) are not stored:
-// a retry keeps its own, stored Set-Cookie values are added to them, and other stored
-// headers replace them.
+// Content-Length the chain set (c.File, a HEAD answer) is always stored too. Trailers are not
+// stored: a replay has none. A body stored gzip or deflate encoded is decoded for a retry whose
+// Accept-Encoding does not accept that encoding (no Accept-Encoding: none accepted), and
+// replayed without Content-Encoding; other encodings are replayed as stored. Values a
+// middleware before ginlock set for the request (a session cookie it refreshes, a request id)
+// are not stored: a retry keeps its own; stored Set-Cookie values are added to them, and so are
+// the values of a header the chain added to (Vary: Origin set before ginlock, Accept-Language
+// added by the handler); other stored headers replace them.
 // Idempotent-Replayed is always added to a replay.
 func WithReplayHeaders(names ...string) Option {
 	return optionFunc(func(c *config) {

@@ -83,7 +83,8 @@
 //   - The stored response is what the handler chain after the middleware wrote. A response
 //     written by middleware placed before ginlock, after the chain returned, is not seen, nor
 //     are header values it set before (a refreshed session cookie, a request id): a replay
-//     keeps the retry's own, adding stored Set-Cookie values to them. A chain that recorded
+//     keeps the retry's own, adding stored Set-Cookie values to them (and the values the
+//     chain added to such a header, as Vary). Trailers are not stored. A chain that recorded
 //     errors (c.Error) and sent nothing leaves its answer to such a middleware: nothing is
 //     stored, and a retry runs the handler again. Errors recorded before ginlock ran do not
 //     count.

@@ -73,9 +73,14 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) gin.HandlerFun
 		m.replayOpts = append(append(m.replayOpts, m.lockOpts...), dlock.SkipCompleted())
 		// A body the chain encoded cannot be read back without its coding (the recorder
 		// leaves out a Content-Encoding set outside the chain, where the body is not encoded).
+		// A length the chain announced (c.File, c.DataFromReader, a HEAD answer that sets it)
+		// is replayed as announced: without it a HEAD replay would have none, and a body over
+		// net/http's 2 KiB buffer would go chunked.
 		m.headers = cfg.headers
-		if !slices.Contains(m.headers, "Content-Encoding") {
-			m.headers = append(slices.Clip(m.headers), "Content-Encoding")
+		for _, n := range []string{"Content-Encoding", "Content-Length"} {
+			if !slices.Contains(m.headers, n) {
+				m.headers = append(slices.Clip(m.headers), n)
+			}
 		}
 	}
 	m.name = runtime.FuncForPC(reflect.ValueOf(m.handle).Pointer()).Name()
@@ -95,7 +100,7 @@ type middleware struct {
 	params     []string
 	lockOpts   []dlock.AcquireOption
 	replayOpts []dlock.AcquireOption // lockOpts and SkipCompleted
-	headers    []string              // replayed headers: cfg.headers and Content-Encoding
+	headers    []string              // replayed headers: cfg.headers, Content-Encoding and Content-Length
 	name       string                // what gin's HandlerName says of this middleware
 }
 

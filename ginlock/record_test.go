@@ -26,6 +26,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		{status: 201, header: http.Header{"Content-Type": {"application/json"}, "Location": {"/p/1"}}, body: []byte(`{"id":1}`)},
 		{status: 204, header: http.Header{}, body: nil},
 		{status: 400, header: http.Header{"Set-Cookie": {"a=1", "b=2"}}, body: bytes.Repeat([]byte{0, 255}, 1000)},
+		{status: 200, header: http.Header{"Vary": {"Accept-Language"}, "Content-Type": {"text/plain"}}, added: []string{"Vary"}, body: []byte("x")},
 	} {
 		r.fingerprint = sha256.Sum256(r.body)
 		got, err := unmarshalRecord(r.marshal())
@@ -33,7 +34,7 @@ func TestRecordRoundTrip(t *testing.T) {
 			t.Fatalf("%+v: %v", r, err)
 		}
 		if got.status != r.status || got.fingerprint != r.fingerprint || !reflect.DeepEqual(got.header, r.header) ||
-			!bytes.Equal(got.body, r.body) {
+			len(got.added) != len(r.added) || len(r.added) > 0 && !reflect.DeepEqual(got.added, r.added) || !bytes.Equal(got.body, r.body) {
 			t.Fatalf("round trip %+v -> %+v", r, got)
 		}
 	}
@@ -58,7 +59,8 @@ func FuzzRecord(f *testing.F) {
 			return
 		}
 		again, err := unmarshalRecord(r.marshal())
-		if err != nil || again.status != r.status || !bytes.Equal(again.body, r.body) || len(again.header) != len(r.header) {
+		if err != nil || again.status != r.status || !bytes.Equal(again.body, r.body) || len(again.header) != len(r.header) ||
+			len(again.added) != len(r.added) {
 			t.Fatalf("re-encoding %x changed it: %+v -> %+v (%v)", b, r, again, err)
 		}
 	})
@@ -68,7 +70,8 @@ func FuzzRecord(f *testing.F) {
 // during a rolling deploy: the client's retry of exactly the same request gets the replay,
 // not 422 (a client that treats 422 as "use a new key" would pay twice). Version 1
 // fingerprints covered method, route and body; version 2 added the cleaned path and the
-// query.
+// query; version 3 has today's fingerprint, without the list of added headers version 4 put
+// before the body.
 func TestOlderRecordsReplay(t *testing.T) {
 	const body = `{"amount":1}`
 	bh, err := bodyHash.Key(&keyfunc.MapSource{Payload: []byte(body)})
@@ -81,6 +84,7 @@ func TestOlderRecordsReplay(t *testing.T) {
 	}{
 		{1, []string{http.MethodPost, "/payments/:id", bh}},
 		{2, []string{http.MethodPost, "/payments/:id", "/payments/7", "", bh}},
+		{3, nil}, // the fingerprint as it is now
 	} {
 		t.Run(fmt.Sprintf("version %d", tc.version), func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -105,8 +109,8 @@ func TestOlderRecordsReplay(t *testing.T) {
 				t.Fatalf("first: %d %s", w.Code, w.Body)
 			}
 
-			// Rewrite the stored record as the earlier release wrote it: same layout, its
-			// version, its fingerprint.
+			// Rewrite the stored record as the earlier release wrote it: its layout (no list
+			// of added headers), its version, its fingerprint.
 			ctx := context.Background()
 			keys, err := rdb.Keys(ctx, "*:done").Result()
 			if err != nil || len(keys) != 1 {
@@ -120,20 +124,30 @@ func TestOlderRecordsReplay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h := sha256.New()
-			for _, s := range tc.fields {
-				h.Write(binary.AppendUvarint(nil, uint64(len(s))))
-				h.Write([]byte(s))
+			if tc.fields != nil {
+				h := sha256.New()
+				for _, s := range tc.fields {
+					h.Write(binary.AppendUvarint(nil, uint64(len(s))))
+					h.Write([]byte(s))
+				}
+				h.Sum(rec.fingerprint[:0])
 			}
-			h.Sum(rec.fingerprint[:0])
-			old := rec.marshal()
-			old[0] = tc.version // the layout is the same; only the fingerprint differs
+			if len(rec.added) != 0 {
+				t.Fatalf("added headers %q, want none", rec.added)
+			}
+			cur := rec.marshal()
+			bodyAt := len(cur) - len(rec.body)
+			if cur[bodyAt-1] != 0 { // the count of added headers, a one-byte uvarint 0
+				t.Fatalf("layout: byte before the body is %d, want the count 0", cur[bodyAt-1])
+			}
+			old := append(append([]byte{tc.version}, cur[1:bodyAt-1]...), rec.body...)
 			if err := rdb.SetArgs(ctx, keys[0], old, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
 				t.Fatal(err)
 			}
 
 			w := send()
-			if w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "true" || runs.Load() != 1 {
+			if w.Code != http.StatusCreated || w.Header().Get(ReplayedHeader) != "true" || runs.Load() != 1 ||
+				w.Body.String() != `{"id":"7"}` {
 				t.Fatalf("retry of a request stored by the earlier release: %d %s (replayed %q, runs %d); want the replay",
 					w.Code, w.Body, w.Header().Get(ReplayedHeader), runs.Load())
 			}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"net/http"
+	"slices"
 
 	"github.com/gin-gonic/gin"
 
@@ -83,17 +84,20 @@ type record struct {
 	version     byte // of the stored layout, which says what the fingerprint covers (matches)
 	status      int
 	header      http.Header
+	added       []string // headers whose values the chain added to those set before it
 	body        []byte
 }
 
 // recordVersion starts every encoded record, so a later layout can tell old records apart.
 // Version 2 added path and query to the fingerprint, version 3 put the route's parameters in
-// place of the cleaned path; records of versions 1 and 2, written by earlier releases and kept
-// for their retention, are still read and matched the old way.
-const recordVersion = 3
+// place of the cleaned path, version 4 added the names of the headers the chain added to
+// (record.added); records of versions 1 to 3, written by earlier releases and kept for their
+// retention, are still read (1 and 2 matched the old way).
+const recordVersion = 4
 
 // Layout: version, fingerprint, uvarint status, uvarint header count, per header its name and
-// uvarint value count and values (strings as uvarint length + bytes), then the body.
+// uvarint value count and values (strings as uvarint length + bytes), uvarint count of added
+// names and the names (from version 4), then the body.
 func (r *record) marshal() []byte {
 	b := make([]byte, 0, 1+sha256.Size+16+len(r.body)+64)
 	b = append(b, recordVersion)
@@ -106,6 +110,10 @@ func (r *record) marshal() []byte {
 		for _, v := range vals {
 			b = appendString(b, v)
 		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.added)))
+	for _, name := range r.added {
+		b = appendString(b, name)
 	}
 	return append(b, r.body...)
 }
@@ -132,6 +140,12 @@ func unmarshalRecord(b []byte) (*record, error) {
 			vals[i] = d.string()
 		}
 		r.header[name] = vals
+	}
+	if v >= 4 {
+		r.added = make([]string, d.uvarint(uint64(len(d.b))))
+		for i := range r.added {
+			r.added[i] = d.string()
+		}
 	}
 	r.body = d.b
 	if d.bad || r.status < 100 {
@@ -187,9 +201,10 @@ func replay(c *gin.Context, r *record) {
 	header, body := forClient(r.header, r.body, c.GetHeader("Accept-Encoding"))
 	h := c.Writer.Header()
 	for name, vals := range header {
-		if name == "Set-Cookie" {
-			// Cookies add up: those a middleware before ginlock set for this request (a
-			// refreshed session) stay beside the stored ones.
+		if name == "Set-Cookie" || slices.Contains(r.added, name) {
+			// Cookies add up, and so do values the chain added to those a middleware before
+			// ginlock set (Vary: Origin from a CORS middleware): the retry's own stay beside
+			// the stored ones, as they did beside the chain's in the first answer.
 			h[name] = append(h[name], vals...)
 			continue
 		}

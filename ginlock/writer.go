@@ -26,6 +26,7 @@ type recorder struct {
 	outerEncoding bool        // Content-Encoding was set outside the chain
 	outer         http.Header // values of kept headers set outside the chain (nil: none)
 	header        http.Header // the kept headers, taken when the response started
+	added         []string    // of those, the ones whose values the chain added to the outer ones
 	body          []byte
 	writes        int  // Write calls with a body
 	writeFailed   bool // a write to the client failed
@@ -67,43 +68,50 @@ func newRecorder(c *gin.Context, names []string, max int) *recorder {
 func (w *recorder) started() {
 	w.seen = true
 	if w.header == nil && !w.ResponseWriter.Written() {
-		w.header = w.keptHeaders()
+		w.header, w.added = w.keptHeaders()
 	}
 }
 
 // keptHeaders copies the kept headers' values out of the response's, all into one slice.
 // Values a middleware before ginlock set for this request (a session cookie it refreshes, a
 // request id) are not the chain's and are left out (chainValues); so is a Content-Encoding
-// set there.
-func (w *recorder) keptHeaders() http.Header {
+// set there. added names the headers whose kept values the chain added to such values (Vary:
+// Origin set outside, Accept-Language added by the handler): a replay adds them to the
+// retry's own, as the chain did.
+func (w *recorder) keptHeaders() (h http.Header, added []string) {
 	src := w.ResponseWriter.Header()
 	kept := func(n string) bool { return n != "Content-Encoding" || !w.outerEncoding }
 	total := 0
 	for _, n := range w.names {
 		if kept(n) {
-			total += len(w.chainValues(n, src[n]))
+			vs, _ := w.chainValues(n, src[n])
+			total += len(vs)
 		}
 	}
-	h := make(http.Header, len(w.names))
+	h = make(http.Header, len(w.names))
 	vals := make([]string, 0, total)
 	for _, n := range w.names {
-		if vs := w.chainValues(n, src[n]); len(vs) > 0 && kept(n) {
+		if vs, add := w.chainValues(n, src[n]); len(vs) > 0 && kept(n) {
 			start := len(vals)
 			vals = append(vals, vs...)
 			h[n] = vals[start:len(vals):len(vals)]
+			if add {
+				added = append(added, n)
+			}
 		}
 	}
-	return h
+	return h, added
 }
 
 // chainValues is vs, the response's values of header n, without those a middleware before
 // ginlock had set when the chain started: when vs still begins with them, the chain added to
-// them (http.SetCookie adds), and only what follows is its own; otherwise it replaced them.
-func (w *recorder) chainValues(n string, vs []string) []string {
+// them (http.SetCookie adds), and only what follows is its own (added); otherwise it
+// replaced them.
+func (w *recorder) chainValues(n string, vs []string) (own []string, added bool) {
 	if o := w.outer[n]; len(o) > 0 && len(vs) >= len(o) && slices.Equal(vs[:len(o)], o) {
-		return vs[len(o):]
+		return vs[len(o):], true
 	}
-	return vs
+	return vs, false
 }
 
 func (w *recorder) keep(p []byte) {
@@ -290,9 +298,9 @@ func (w *recorder) record() (*record, string) {
 	case !w.complete():
 		return nil, "the body may be cut short"
 	}
-	h := w.header
+	h, added := w.header, w.added
 	if h == nil { // nothing written yet: gin sends the headers as they are now
-		h = w.keptHeaders()
+		h, added = w.keptHeaders()
 	}
-	return &record{status: w.ResponseWriter.Status(), header: h, body: w.body}, ""
+	return &record{status: w.ResponseWriter.Status(), header: h, added: added, body: w.body}, ""
 }
