@@ -92,15 +92,21 @@ type record struct {
 // Version 2 added path and query to the fingerprint, version 3 put the route's parameters in
 // place of the cleaned path, version 4 added the names of the headers the chain added to
 // (record.added); records of versions 1 to 3, written by earlier releases and kept for their
-// retention, are still read (1 and 2 matched the old way).
+// retention, are still read (1 and 2 matched the old way). A record without such headers is
+// written as version 3, which the releases before version 4 read too (during a rolling
+// deploy they answer a record they cannot read with 500).
 const recordVersion = 4
 
 // Layout: version, fingerprint, uvarint status, uvarint header count, per header its name and
 // uvarint value count and values (strings as uvarint length + bytes), uvarint count of added
-// names and the names (from version 4), then the body.
+// names and the names (version 4 only), then the body.
 func (r *record) marshal() []byte {
 	b := make([]byte, 0, 1+sha256.Size+16+len(r.body)+64)
-	b = append(b, recordVersion)
+	version := byte(recordVersion)
+	if len(r.added) == 0 {
+		version = 3
+	}
+	b = append(b, version)
 	b = append(b, r.fingerprint[:]...)
 	b = binary.AppendUvarint(b, uint64(r.status))
 	b = binary.AppendUvarint(b, uint64(len(r.header)))
@@ -111,9 +117,11 @@ func (r *record) marshal() []byte {
 			b = appendString(b, v)
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(r.added)))
-	for _, name := range r.added {
-		b = appendString(b, name)
+	if version >= 4 {
+		b = binary.AppendUvarint(b, uint64(len(r.added)))
+		for _, name := range r.added {
+			b = appendString(b, name)
+		}
 	}
 	return append(b, r.body...)
 }
