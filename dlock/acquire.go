@@ -169,7 +169,7 @@ func (c *Client) confirmHandOff(ctx context.Context, r acquireRequest, g *grant)
 	sent := time.Now()
 	ok, err := c.be.confirm(ctx, r.key, r.owner, r.ttl)
 	if err == nil && !ok {
-		err = lost("hand-off expired before it was confirmed")
+		err = lost(EndTaken, "hand-off expired before it was confirmed")
 	}
 	if err != nil {
 		start := time.Now()

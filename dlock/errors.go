@@ -59,14 +59,17 @@ func (e *CompletedError) Error() string {
 // Is reports whether target is ErrCompleted.
 func (e *CompletedError) Is(target error) bool { return target == ErrCompleted }
 
-// lostError is the ErrLockLost value with the reason attached.
-type lostError struct{ reason string }
+// lostError is the ErrLockLost value with the reason attached, and its cause: one of the
+// End* values, for telemetry.
+type lostError struct{ cause, reason string }
 
 func (e *lostError) Error() string { return "dlock: lock lost: " + e.reason }
 
 func (e *lostError) Is(target error) bool { return target == ErrLockLost || target == ErrNotHeld }
 
-func lost(reason string) error { return &lostError{reason: reason} }
+// lost is the error of a lease lost for reason: cause is EndExpired (it ran out on our clock),
+// EndTaken (Redis had it gone or another owner's) or EndClosed (Client.Close ended it).
+func lost(cause, reason string) error { return &lostError{cause: cause, reason: reason} }
 
 // waitError is returned when a wait ended with its context: it matches ErrNotObtained and the
 // context's error.

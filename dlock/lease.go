@@ -17,7 +17,8 @@ type lease struct {
 	owner string
 	token int64
 	ttl   time.Duration
-	auto  bool // renewed by the watchdog
+	auto  bool      // renewed by the watchdog
+	since time.Time // when the lease was obtained, for the hold histogram
 
 	// renewing holds a token while a renewal of this lease is in flight (a Refresh, or the
 	// watchdog's batch, also one given up that may still reach Redis), so that no two cross:
@@ -64,7 +65,7 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 
 func newLease(c *Client, key, owner string, token int64, ttl time.Duration, auto bool) *lease {
 	l := &lease{c: c, key: key, owner: owner, token: token, ttl: ttl, auto: auto, holds: 1, entries: 1,
-		renewing: make(chan struct{}, 1)}
+		renewing: make(chan struct{}, 1), since: time.Now()}
 	return l
 }
 
@@ -78,7 +79,7 @@ func (l *lease) start(base time.Time, valid time.Duration) {
 	if !l.auto {
 		reason = "lease set by WithTTL ran out (such a lease is not renewed)"
 	}
-	l.expiry = time.AfterFunc(time.Until(l.deadline), func() { l.end(lost(reason)) })
+	l.expiry = time.AfterFunc(time.Until(l.deadline), func() { l.end(lost(EndExpired, reason)) })
 }
 
 // extended records a successful renewal sent at sent for ttl. It reports false when the lease

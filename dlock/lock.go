@@ -154,7 +154,7 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 		l.c.dropHold(ctx, l, lk.entry, err)
 		return err
 	case !res.owned:
-		err := lost("released by its owner but held by no one or another owner")
+		err := lost(EndTaken, "released by its owner but held by no one or another owner")
 		l.end(err)
 		return err
 	case res.left == 0:
@@ -253,7 +253,7 @@ func (l *lease) refreshed(sent time.Time, ttl time.Duration, ok bool) error {
 			// this Refresh was on its way: released, not lost. The release reports a loss.
 			return ErrNotHeld
 		}
-		err := lost("refresh found the lock gone or owned by another owner")
+		err := lost(EndTaken, "refresh found the lock gone or owned by another owner")
 		l.end(err)
 		return err
 	}
@@ -315,7 +315,7 @@ func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) 
 			// The last hold's release freed the key while this re-entry was on its way.
 			return nil, errHoldReleased
 		}
-		err := lost("re-entry found the lock gone or owned by another owner")
+		err := lost(EndTaken, "re-entry found the lock gone or owned by another owner")
 		l.end(err)
 		return nil, err
 	}

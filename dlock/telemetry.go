@@ -18,18 +18,31 @@ import (
 // ScopeName is the instrumentation scope of the package's tracer and meter.
 const ScopeName = "github.com/lockguard/lockguard/dlock"
 
-// Outcomes of an acquisition, as the dlock.outcome attribute.
+// Outcomes of an acquisition, as the dlock.outcome attribute. Timeout is a wait whose
+// deadline passed (the caller's, or WithMaxWait); Canceled one whose context was cancelled
+// (the caller gave up, a client went away, a worker shut down).
 const (
 	OutcomeObtained  = "obtained"
 	OutcomeBusy      = "busy"
 	OutcomeTimeout   = "timeout"
+	OutcomeCanceled  = "canceled"
 	OutcomeCompleted = "completed"
 	OutcomeError     = "error"
+)
+
+// How a hold ended, as the dlock.end attribute of the hold histogram (dlock.lock.hold) and of
+// the lost counter (dlock.locks.lost, which counts the last three).
+const (
+	EndReleased = "released" // released (or completed) by its holder
+	EndExpired  = "expired"  // its lease ran out on the holder's clock before it was renewed
+	EndTaken    = "taken"    // Redis had it gone or another owner's when the holder looked
+	EndClosed   = "closed"   // Client.Close ended it while held
 )
 
 type telemetry struct {
 	tracer   trace.Tracer
 	wait     metric.Float64Histogram
+	hold     metric.Float64Histogram
 	held     metric.Int64UpDownCounter
 	lost     metric.Int64Counter
 	renewals metric.Int64Counter
@@ -52,6 +65,11 @@ func newTelemetry(cfg *config) *telemetry {
 		metric.WithExplicitBucketBoundaries(waitBuckets...)); err != nil {
 		otel.Handle(err)
 	}
+	if t.hold, err = m.Float64Histogram("dlock.lock.hold", metric.WithUnit("s"),
+		metric.WithDescription("Time from obtaining a lock to the end of its last hold."),
+		metric.WithExplicitBucketBoundaries(holdBuckets...)); err != nil {
+		otel.Handle(err)
+	}
 	if t.held, err = m.Int64UpDownCounter("dlock.locks.held", metric.WithUnit("{lock}"),
 		metric.WithDescription("Leases currently held by this process.")); err != nil {
 		otel.Handle(err)
@@ -71,6 +89,10 @@ func newTelemetry(cfg *config) *telemetry {
 // (a round trip, well under a millisecond) to waits of a minute. The SDK's default bounds
 // (0, 5, 10, 25, ...) suit milliseconds and would put every wait under 5 s in one bucket.
 var waitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// holdBuckets are the bounds, in seconds, of the hold histogram: the wait bounds, then on to
+// an hour, for batch work held for minutes.
+var holdBuckets = append(slices.Clone(waitBuckets), 120, 300, 600, 1800, 3600)
 
 // WaitBuckets returns the bucket bounds, in seconds, of dlock's wait histogram
 // (dlock.acquire.wait), from half a millisecond to a minute. Integrations that record waits of
@@ -120,8 +142,10 @@ func outcome(err error) string {
 		// Before the context's error: a wait that ended while Redis did not answer matches
 		// both, and it is the store that failed.
 		return OutcomeError
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, context.DeadlineExceeded):
 		return OutcomeTimeout
+	case errors.Is(err, context.Canceled):
+		return OutcomeCanceled
 	case errors.Is(err, ErrNotObtained):
 		return OutcomeBusy
 	}
@@ -133,11 +157,40 @@ func outcome(err error) string {
 // options passed one by one is a new slice on every call.
 var outcomeOpts = func() map[string][]metric.RecordOption {
 	m := map[string][]metric.RecordOption{}
-	for _, o := range []string{OutcomeObtained, OutcomeBusy, OutcomeTimeout, OutcomeCompleted, OutcomeError} {
+	for _, o := range []string{OutcomeObtained, OutcomeBusy, OutcomeTimeout, OutcomeCanceled, OutcomeCompleted, OutcomeError} {
 		m[o] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("dlock.outcome", o)))}
 	}
 	return m
 }()
+
+// endOpts holds the options of the hold histogram and the lost counter for each way a hold
+// ends, built once (see outcomeOpts).
+var endOpts = func() map[string]endOptions {
+	m := map[string]endOptions{}
+	for _, e := range []string{EndReleased, EndExpired, EndTaken, EndClosed} {
+		o := metric.WithAttributeSet(attribute.NewSet(attribute.String("dlock.end", e)))
+		m[e] = endOptions{record: []metric.RecordOption{o}, add: []metric.AddOption{o}}
+	}
+	return m
+}()
+
+type endOptions struct {
+	record []metric.RecordOption
+	add    []metric.AddOption
+}
+
+// endOf is how a lease that ended with cause ended (see end): EndReleased after its last
+// release, the lost error's own cause, EndClosed when Close came as it was obtained. end is
+// given lost's error as it is (errors.As would put a variable on the heap at every release).
+func endOf(cause error) string {
+	if le, ok := cause.(*lostError); ok {
+		return le.cause
+	}
+	if cause == ErrClosed {
+		return EndClosed
+	}
+	return EndReleased
+}
 
 func (t *telemetry) endAcquire(ctx context.Context, s acquireSpan, g grant, err error) {
 	waited := time.Since(s.start).Seconds()
@@ -163,12 +216,17 @@ func (t *telemetry) started(*lease) {
 	}
 }
 
-func (t *telemetry) ended(_ *lease, cause error) {
+func (t *telemetry) ended(l *lease, cause error) {
+	ctx := context.Background()
 	if t.held != nil {
-		t.held.Add(context.Background(), -1)
+		t.held.Add(ctx, -1)
+	}
+	end := endOf(cause)
+	if t.hold != nil {
+		t.hold.Record(ctx, time.Since(l.since).Seconds(), endOpts[end].record...)
 	}
 	if errors.Is(cause, ErrLockLost) && t.lost != nil {
-		t.lost.Add(context.Background(), 1)
+		t.lost.Add(ctx, 1, endOpts[end].add...)
 	}
 }
 

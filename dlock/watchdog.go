@@ -55,7 +55,7 @@ func (w *watchdog) add(l *lease) {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock() // end calls remove
-		l.end(lost("client closed"))
+		l.end(lost(EndClosed, "client closed"))
 		return
 	}
 	defer w.mu.Unlock()
@@ -403,7 +403,7 @@ func (w *watchdog) settle(due []*lease, rs []renewal, sent time.Time, ok, failed
 				w.remove(l) // a handed-off fixed lease needs only its confirmation
 			}
 		default:
-			l.end(lost("renewal found the lock gone or owned by another owner"))
+			l.end(lost(EndTaken, "renewal found the lock gone or owned by another owner"))
 		}
 		// The token first: a collect that finds the lease out of its batch must be able to
 		// claim it (the wake-up below brings the loop back to the leases it skipped).
@@ -469,7 +469,7 @@ func (w *watchdog) close() {
 	close(w.stop)
 	w.cancel()
 	for _, l := range leases {
-		l.end(lost("client closed"))
+		l.end(lost(EndClosed, "client closed"))
 	}
 	w.wg.Wait()
 }

@@ -274,7 +274,7 @@ func TestRenewalAnsweredAsExpiryFiresRenewsNothing(t *testing.T) {
 	l.expiry = time.AfterFunc(0, func() {
 		close(fired)
 		<-release
-		l.end(lost("lease expired before it was renewed"))
+		l.end(lost(EndExpired, "lease expired before it was renewed"))
 	})
 	l.mu.Unlock()
 	<-fired
