@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"mime"
@@ -150,6 +151,35 @@ func (e *eval) canonicalMultipart(body []byte) ([]byte, bool) {
 			return nil, false
 		}
 		field(content)
+	}
+}
+
+// multipartValue is the first value of form field name in a multipart/form-data body with
+// boundary, as ParseMultipartForm gives it to a handler (c.PostForm): the content of the
+// first part with that form name and no file name, decoded as multipart.Reader decodes it.
+// The whole body must parse, as it must for ParseMultipartForm, which otherwise gives the
+// handler no field at all.
+func multipartValue(body []byte, boundary, name string) (value string, found bool, err error) {
+	malformed := fmt.Errorf("%w: multipart body does not parse", ErrMalformedBody)
+	if boundary == "" {
+		return "", false, malformed
+	}
+	r := multipart.NewReader(bytes.NewReader(body), boundary)
+	for {
+		part, err := r.NextPart()
+		if err == io.EOF {
+			return value, found, nil
+		}
+		if err != nil {
+			return "", false, malformed
+		}
+		content, err := io.ReadAll(part)
+		if err != nil {
+			return "", false, malformed
+		}
+		if !found && part.FormName() == name && part.FileName() == "" {
+			value, found = string(content), true
+		}
 	}
 }
 

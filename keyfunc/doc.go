@@ -78,9 +78,9 @@
 //
 // # Limits
 //
-// keyfunc does not cap the body: the adapter does, and reports ErrBodyTooLarge. Form does not
-// decode multipart forms (an adapter may serve them through KindForm); BodyHash hashes them by
-// their parts, in the order sent. Text is not normalized: "é" as one code point and as "e" and
+// keyfunc does not cap the body: the adapter does, and reports ErrBodyTooLarge. Form reads a
+// multipart form's fields as ParseMultipartForm does, unless the adapter serves them through
+// KindForm; BodyHash hashes multipart forms by their parts, in the order sent. Text is not normalized: "é" as one code point and as "e" and
 // a combining accent, or "ABC" and "abc", are two values, as they are two strings to a Go
 // handler; where the handler's store folds them, fold them in a From part. JSON paths cannot
 // name members containing '.'; use From for those. JSON member names match ignoring case, as

@@ -2,7 +2,9 @@ package keyfunc
 
 import (
 	"bytes"
+	"errors"
 	"mime/multipart"
+	"net/http/httptest"
 	"net/textproto"
 	"testing"
 )
@@ -112,5 +114,62 @@ func TestBodyHashMultipart(t *testing.T) {
 	cut := bA[:len(bA)-10]
 	if got, want := bodyKey(t, ctA, cut), bodyKey(t, "application/octet-stream", cut); got != want {
 		t.Errorf("a cut multipart body: %s, want the raw hash %s", got, want)
+	}
+}
+
+// Without an adapter that serves KindForm, Form reads a multipart/form-data body itself, as
+// ParseMultipartForm reads it for c.PostForm: the first part of that name that is not a
+// file. Before, the field read as absent and Form fell back to the query, so ?account=1 and
+// ?account=3 with the same body (account=2, which c.PostForm debits) took two locks.
+func TestFormReadsMultipartBody(t *testing.T) {
+	ct, body := multipartBody(t, "", formPart{name: "account", filename: "a.txt", content: "9"},
+		formPart{name: "note", content: "x"}, formPart{name: "account", content: "2"}, formPart{name: "account", content: "5"})
+	src := func(query map[string]string, ct string, body []byte) *MapSource {
+		return &MapSource{Query: query, Payload: body,
+			Header: map[string]string{"Content-Type": ct}, Meta: map[string]string{MetaMethod: "POST"}}
+	}
+	f := Join(Form("account"))
+
+	// What a handler reads.
+	rq := httptest.NewRequest("POST", "/pay", bytes.NewReader(body))
+	rq.Header.Set("Content-Type", ct)
+	if err := rq.ParseMultipartForm(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	want := rq.PostFormValue("account")
+
+	got, err := f.Key(src(nil, ct, body))
+	if err != nil || got != want {
+		t.Fatalf("multipart body: key %q, %v; want %q, the value the handler reads", got, err, want)
+	}
+	if got, err := f.Key(src(map[string]string{"account": "2"}, ct, body)); err != nil || got != want {
+		t.Fatalf("same value in the query: key %q, %v; want %q", got, err, want)
+	}
+	for _, q := range []string{"1", "3"} {
+		if got, err := f.Key(src(map[string]string{"account": q}, ct, body)); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("?account=%s with account=2 in the body: key %q, %v; want ErrInvalid (handlers differ in which they read)", q, got, err)
+		}
+	}
+	_, noField := multipartBody(t, "b0undary", formPart{name: "note", content: "x"})
+	if got, err := f.Key(src(map[string]string{"account": "7"}, "multipart/form-data; boundary=b0undary", noField)); err != nil || got != "7" {
+		t.Fatalf("field only in the query: key %q, %v; want 7", got, err)
+	}
+	for name, tc := range map[string]struct {
+		ct   string
+		body []byte
+	}{
+		"no boundary":   {"multipart/form-data", body},
+		"cut short":     {ct, body[:len(body)-20]},
+		"not multipart": {ct, []byte("account=2")},
+	} {
+		if got, err := f.Key(src(nil, tc.ct, tc.body)); !errors.Is(err, ErrMalformedBody) {
+			t.Errorf("%s: key %q, %v; want ErrMalformedBody", name, got, err)
+		}
+	}
+	// An adapter that serves the form answers for it.
+	served := src(nil, ct, body)
+	served.Form = map[string]string{"account": "4"}
+	if got, err := f.Key(served); err != nil || got != "4" {
+		t.Fatalf("adapter's form value: key %q, %v; want 4", got, err)
 	}
 }

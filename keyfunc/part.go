@@ -86,7 +86,9 @@ func (p Part) MaxLen(n int) Part {
 // those three are three locks. A JSON string holding an integer ("042", which a ",string"
 // struct tag decodes to 42) and a JSON number with an integer value (42, 42.0, 4.2e1) count
 // the same. Any other value fails with ErrInvalid, the empty one too (Gin's form binding
-// reads "" as 0; the request is refused rather than locked as account 0).
+// reads "" as 0; the request is refused rather than locked as account 0), and so does one
+// with spaces around it, which Gin's form, query and URI binding trim first (" 42" binds as
+// 42): such a request is refused, never locked apart from "42".
 //
 // Text integers of any size are taken; the part's cap applies to the text as sent, before it
 // is made canonical. A JSON number is taken up to 64 digits (1e63) and is ErrInvalid above:
@@ -236,9 +238,11 @@ func JSON(path string) Part {
 // body is not read as a form, so a client cannot lock one account with a body the handler
 // never reads.
 // Pairs that do not parse (a bad escape, a ';') are skipped, as ParseForm skips them for
-// the handler. An adapter that decodes multipart forms should serve them through KindForm;
-// for a multipart/form-data body whose field it does not serve, the body is read, so a body
-// over the cap or cut short fails the part with that error.
+// the handler. A multipart/form-data body is read by the adapter when it serves the field
+// through KindForm; otherwise keyfunc reads it as ParseMultipartForm does: the first part
+// named name that is not a file. Such a body that does not parse is ErrMalformedBody (the
+// handler's ParseMultipartForm fails on it too), and one over the cap or cut short fails the
+// part with the adapter's error.
 // Cap: DefaultMaxBodyLen.
 func Form(name string) Part {
 	return newPart(name, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
@@ -269,14 +273,16 @@ func formBodyValue(e *eval, name string) (string, bool, error) {
 	if ct, ok := e.src.Value(KindHeader, "Content-Type"); ok {
 		// The media type as ParseForm takes it: also when a parameter does not parse
 		// (ErrInvalidMediaParameter), where ParseForm still reads the body.
-		mt, _, _ := mime.ParseMediaType(ct)
+		mt, params, _ := mime.ParseMediaType(ct)
 		if mt == "multipart/form-data" {
-			// The adapter's to decode (KindForm above); a body it could not read, over the
-			// cap or cut short, fails the part rather than leave the field missing.
-			if _, err := e.readBody(); err != nil {
+			// Not served by the adapter (KindForm above): read as ParseMultipartForm reads
+			// it for c.PostForm. A body it could not read, over the cap or cut short, fails
+			// the part rather than leave the field missing.
+			body, err := e.readBody()
+			if err != nil {
 				return "", false, err
 			}
-			return "", false, nil
+			return multipartValue(body, params["boundary"], name)
 		}
 		if mt != "application/x-www-form-urlencoded" {
 			return "", false, nil
@@ -296,7 +302,8 @@ func formBodyValue(e *eval, name string) (string, bool, error) {
 
 // ContextValue is the value stored in the Source's context under key, typically the user or
 // tenant id put there by auth middleware. Accepted: string, fmt.Stringer and integer types
-// (and types based on them); anything else is ErrUnsupportedType, a server-side mistake that
+// (and types based on them; a Stringer is read through String, also when it is a string or
+// an integer, so a String that redacts puts every caller in one scope); anything else is ErrUnsupportedType, a server-side mistake that
 // IsInputError does not count as the request's. A value over the cap (or not an integer for
 // an Integer part) is the server's too: ErrContextValue, not ErrTooLong or ErrInvalid, which
 // would blame the request. nil is absent, and so is text that is empty or only spaces and
