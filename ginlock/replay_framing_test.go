@@ -60,8 +60,9 @@ func writeFile(t *testing.T, n int) (string, []byte) {
 // A length the handler announced is the replay's too: a HEAD answer (its length is all it
 // says), and a body over net/http's 2 KiB buffer, which would otherwise go chunked. Before,
 // the replay of a HEAD had no Content-Length and a large file came back chunked. A body that
-// large reaches the client before the handler returns, so the retry, sent at once, waits
-// (WithWait) for the lock the first request still holds while its answer is stored.
+// large, with its length announced, reaches the client whole before the handler returns, so
+// the retry, sent at once, waits (WithWait) for the lock the first request still holds while
+// its answer is stored.
 func TestReplayKeepsAnnouncedLength(t *testing.T) {
 	e := setup(t)
 	r := router()
