@@ -308,6 +308,8 @@ func (m *middleware) reject(c *gin.Context, status int, err error) {
 // stored then).
 func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lock, replay bool, fp requestPrint) {
 	origWriter := c.Writer
+	tail := newTailWriter(origWriter, c.Request.Method)
+	c.Writer = tail
 	var rec *recorder
 	if replay {
 		rec = newRecorder(c, m.headers, m.cfg.maxReplayBody)
@@ -325,6 +327,7 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 		c.Request = c.Request.WithContext(origCtx)
 		c.Writer = origWriter
 		c.Set(lockKey{}, outer)
+		defer tail.finish() // the answer's last byte, once the lock is released and the answer stored
 		m.finish(c, origCtx, lock, rec, fp, returned, before)
 	}()
 	c.Next()

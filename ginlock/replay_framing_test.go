@@ -8,10 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -59,16 +59,13 @@ func writeFile(t *testing.T, n int) (string, []byte) {
 
 // A length the handler announced is the replay's too: a HEAD answer (its length is all it
 // says), and a body over net/http's 2 KiB buffer, which would otherwise go chunked. Before,
-// the replay of a HEAD had no Content-Length and a large file came back chunked. A body that
-// large, with its length announced, reaches the client whole before the handler returns, so
-// the retry, sent at once, waits (WithWait) for the lock the first request still holds while
-// its answer is stored.
+// the replay of a HEAD had no Content-Length and a large file came back chunked.
 func TestReplayKeepsAnnouncedLength(t *testing.T) {
 	e := setup(t)
 	r := router()
 	path, content := writeFile(t, 10_000)
 	var runs atomic.Int32
-	mw := ginlock.New(e.locks, payKey, ginlock.WithWait(10*time.Second))
+	mw := ginlock.New(e.locks, payKey)
 	r.GET("/file", mw, func(c *gin.Context) { runs.Add(1); c.File(path) })
 	r.HEAD("/file", mw, func(c *gin.Context) { runs.Add(1); c.File(path) })
 	r.HEAD("/size", mw, func(c *gin.Context) {
@@ -204,5 +201,75 @@ func TestReplayAddsToOuterValues(t *testing.T) {
 	}
 	if got := strings.Join(replay.Header().Values("Vary"), ", "); got != "Origin, Accept-Language" {
 		t.Errorf("replay Vary = %q, want Origin, Accept-Language", got)
+	}
+}
+
+// The client never has the whole answer while the lock is still held: a request for the same
+// key sent the moment the answer ends gets the replay (or, with a per-account lock, runs),
+// never 409, without WithWait. A large answer with its length announced (c.Data, c.File)
+// goes out as it is written, so ginlock holds its last byte back until the lock is released
+// and the answer stored (before, the next request got 409); a large one without goes chunked,
+// and net/http ends it only after the chain returns.
+func TestLargeAnswerEndsAfterTheRelease(t *testing.T) {
+	e := setup(t)
+	r := router()
+	path, content := writeFile(t, 10_000)
+	var runs atomic.Int32
+	answers := map[string]gin.HandlerFunc{
+		"data":    func(c *gin.Context) { runs.Add(1); c.Data(http.StatusOK, "application/octet-stream", content) },
+		"file":    func(c *gin.Context) { runs.Add(1); c.File(path) },
+		"chunked": func(c *gin.Context) { runs.Add(1); c.Status(http.StatusOK); _, _ = c.Writer.Write(content) },
+		"string": func(c *gin.Context) {
+			runs.Add(1)
+			c.Header("Content-Length", strconv.Itoa(len(content)))
+			c.Status(http.StatusOK)
+			_, _ = c.Writer.WriteString(string(content[:4000]))
+			_, _ = c.Writer.WriteString(string(content[4000:]))
+		},
+	}
+	for name, h := range answers {
+		r.POST("/replay/"+name, ginlock.New(e.locks, payKey), h)
+		r.POST("/account/"+name, ginlock.New(e.locks, keyfunc.Join(keyfunc.Const(name)), ginlock.WithoutReplay()), h)
+	}
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	for name := range answers {
+		t.Run(name, func(t *testing.T) {
+			for i := range 30 {
+				key := idemKey(t)
+				for j, route := range []string{"/replay/", "/replay/", "/account/", "/account/"} {
+					resp, b := sendOver(t, http.MethodPost, srv.URL+route+name, key, nil)
+					if resp.StatusCode != http.StatusOK || !bytes.Equal(b, content) {
+						t.Fatalf("round %d, request %d (%s): %d with %d bytes; want 200 with all %d (the lock released before the answer ended)",
+							i, j, route, resp.StatusCode, len(b), len(content))
+					}
+					if replayed := resp.Header.Get(ginlock.ReplayedHeader) == "true"; replayed != (j == 1) {
+						t.Fatalf("round %d, request %d (%s): replayed %v", i, j, route, replayed)
+					}
+				}
+			}
+		})
+	}
+	if runs.Load() != 4*30*3 {
+		t.Fatalf("handlers ran %d times, want %d", runs.Load(), 4*30*3)
+	}
+}
+
+// A middleware inside ginlock that reads the answer's size sees all of it, the byte held back
+// included.
+func TestHeldByteCountsInSize(t *testing.T) {
+	e := setup(t)
+	r := router()
+	size := make(chan int, 1)
+	r.POST("/data", ginlock.New(e.locks, payKey), func(c *gin.Context) {
+		c.Next()
+		size <- c.Writer.Size()
+	}, func(c *gin.Context) { c.Data(http.StatusOK, "text/plain", []byte("receipt")) })
+	w := do(r, req{path: "/data", user: "u", key: idemKey(t)})
+	if w.Body.String() != "receipt" {
+		t.Fatalf("body %q", w.Body)
+	}
+	if n := <-size; n != len("receipt") {
+		t.Fatalf("Size() after the handler = %d, want %d", n, len("receipt"))
 	}
 }
