@@ -10,6 +10,7 @@ import (
 
 	"github.com/lockguard/lockguard/dlock"
 	"github.com/lockguard/lockguard/internal/oteltest"
+	"github.com/redis/go-redis/v9"
 )
 
 // holdsByEnd sums the hold histogram's samples and seconds by dlock.end.
@@ -24,14 +25,19 @@ func holdsByEnd(t *testing.T, o *oteltest.Recorder) (count map[string]uint64, se
 	return count, seconds
 }
 
+// recordedClient is a Client on a new Redis whose telemetry o records, with a test context.
+func recordedClient(t *testing.T) (*oteltest.Recorder, *redis.Client, *dlock.Client, context.Context) {
+	o := oteltest.New(t)
+	_, rdb, _ := setup(t)
+	c := newClient(t, rdb, dlock.WithMeterProvider(o.MP), dlock.WithTracerProvider(o.TP))
+	return o, rdb, c, testContext(t, 20*time.Second)
+}
+
 // dlock.lock.hold times each lock from obtaining it to the end of its last hold, by how it
 // ended; dlock.locks.lost counts the losses by the same attribute, so that an operator tells
 // a lease that ran out or a lock taken over from locks a Close ended (a deploy).
 func TestTelemetryHoldAndLostByEnd(t *testing.T) {
-	o := oteltest.New(t)
-	_, rdb, _ := setup(t)
-	c := newClient(t, rdb, dlock.WithMeterProvider(o.MP), dlock.WithTracerProvider(o.TP))
-	ctx := testContext(t, 20*time.Second)
+	o, rdb, c, ctx := recordedClient(t)
 
 	// Released after 50 ms, with a re-entry in between: one sample.
 	key := uniqueKey(t)
@@ -119,10 +125,7 @@ func TestTelemetryHoldAndLostByEnd(t *testing.T) {
 // A wait that the caller cancelled is outcome canceled; one whose deadline passed (the
 // caller's, or WithMaxWait) is timeout; neither sets the span's error status.
 func TestTelemetryCanceledIsNotTimeout(t *testing.T) {
-	o := oteltest.New(t)
-	_, rdb, _ := setup(t)
-	c := newClient(t, rdb, dlock.WithMeterProvider(o.MP), dlock.WithTracerProvider(o.TP))
-	ctx := testContext(t, 20*time.Second)
+	o, _, c, ctx := recordedClient(t)
 	key := uniqueKey(t)
 	lk, err := c.Acquire(ctx, key)
 	if err != nil {
