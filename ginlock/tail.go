@@ -33,7 +33,7 @@ func newTailWriter(w gin.ResponseWriter, method string) *tailWriter {
 func (w *tailWriter) announced() int64 {
 	if !w.looked {
 		w.looked = true
-		if w.method != http.MethodHead {
+		if w.method != http.MethodHead && bodyAllowed(w.Status()) {
 			if n, err := strconv.ParseInt(w.Header().Get("Content-Length"), 10, 64); err == nil && n > 0 {
 				w.length = n
 			}
