@@ -56,8 +56,10 @@
 //     lock, say) is never stored by the outer one.
 //   - The client never has the whole answer while the lock is still held: of an answer whose
 //     length the chain announced (c.Data, c.File), which net/http sends as it is written,
-//     the last byte goes out once the lock is released (and the answer stored), so a request
-//     for the same key sent the moment the answer ends is not answered 409.
+//     the last byte goes out once the lock is released (and the answer stored), and a flush of
+//     an answer without a body is put off to then, so a request for the same key sent the
+//     moment the answer ends is not answered 409. A handler that answers and goes on under
+//     the lock therefore has its answer reach the client when it returns.
 //   - The handler's context (c.Request.Context()) carries the lock: a nested dlock Acquire
 //     of the same key on the same Client re-enters it, and the context is cancelled with
 //     cause dlock.ErrLockLost when the lock is lost.

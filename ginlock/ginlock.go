@@ -327,7 +327,7 @@ func (m *middleware) run(c *gin.Context, origCtx context.Context, lock *dlock.Lo
 		c.Request = c.Request.WithContext(origCtx)
 		c.Writer = origWriter
 		c.Set(lockKey{}, outer)
-		defer tail.finish() // the answer's last byte, once the lock is released and the answer stored
+		defer tail.finish(!returned) // the answer's last byte, once the lock is released and the answer stored
 		m.finish(c, origCtx, lock, rec, fp, returned, before)
 	}()
 	c.Next()

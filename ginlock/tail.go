@@ -58,8 +58,13 @@ func (w *tailWriter) WriteString(s string) (int, error) {
 }
 
 // writeHolding writes p with write, holding its last byte back when p ends the announced body
-// (see holds). The byte is copied: p is the caller's to reuse.
+// (see holds). The byte is copied: p is the caller's to reuse. Once the body is whole, with
+// its last byte held, a write of more is refused as net/http refuses it (ErrContentLength):
+// passed on, it would take the held byte's place.
 func writeHolding[T string | []byte](w *tailWriter, p T, write func(T) (int, error)) (int, error) {
+	if w.holding && len(p) > 0 {
+		return 0, http.ErrContentLength
+	}
 	if !w.holds(len(p)) {
 		n, err := write(p)
 		w.sent += int64(n)
@@ -82,14 +87,31 @@ func (w *tailWriter) Size() int {
 	return w.ResponseWriter.Size()
 }
 
+// Flush passes a flush on, except for an answer that is whole once its headers are out (a
+// HEAD answer, a status without a body, Content-Length 0): flushed, it would reach the client
+// whole while the lock is held, with no byte to hold back: its status is written, as a flush
+// writes it, and net/http sends it when the chain returns.
+func (w *tailWriter) Flush() {
+	if w.method == http.MethodHead || !bodyAllowed(w.Status()) || w.Header().Get("Content-Length") == "0" {
+		w.ResponseWriter.WriteHeaderNow()
+		return
+	}
+	w.ResponseWriter.Flush()
+}
+
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *tailWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // finish sends the byte held back, once the lock is released. A client gone by then misses
-// only what it no longer waits for.
-func (w *tailWriter) finish() {
+// only what it no longer waits for. After a panic (panicked) the byte is flushed as well:
+// net/http drops the connection of a panicking handler without sending what it buffered,
+// and the rest of the body went out as it was written.
+func (w *tailWriter) finish(panicked bool) {
 	if w.holding {
 		w.holding = false
 		_, _ = w.ResponseWriter.Write(w.tail[:])
+		if panicked {
+			w.ResponseWriter.Flush()
+		}
 	}
 }
