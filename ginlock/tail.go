@@ -33,13 +33,19 @@ func newTailWriter(w gin.ResponseWriter, method string) *tailWriter {
 func (w *tailWriter) announced() int64 {
 	if !w.looked {
 		w.looked = true
-		if w.method != http.MethodHead && bodyAllowed(w.Status()) {
+		if !w.bodiless() {
 			if n, err := strconv.ParseInt(w.Header().Get("Content-Length"), 10, 64); err == nil && n > 0 {
 				w.length = n
 			}
 		}
 	}
 	return w.length
+}
+
+// bodiless reports whether the answer has no body to send: a HEAD answer, or a status
+// without one.
+func (w *tailWriter) bodiless() bool {
+	return w.method == http.MethodHead || !bodyAllowed(w.Status())
 }
 
 // holds reports whether a write of n bytes ends the announced body exactly: its last byte is
@@ -92,7 +98,7 @@ func (w *tailWriter) Size() int {
 // whole while the lock is held, with no byte to hold back: its status is written, as a flush
 // writes it, and net/http sends it when the chain returns.
 func (w *tailWriter) Flush() {
-	if w.method == http.MethodHead || !bodyAllowed(w.Status()) || w.Header().Get("Content-Length") == "0" {
+	if w.bodiless() || w.Header().Get("Content-Length") == "0" {
 		w.ResponseWriter.WriteHeaderNow()
 		return
 	}

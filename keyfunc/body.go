@@ -112,20 +112,12 @@ func (e *eval) canonicalMultipart(body []byte) ([]byte, bool) {
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
 		return nil, false
 	}
-	r := multipart.NewReader(bytes.NewReader(body), params["boundary"])
 	var out []byte
 	field := func(b []byte) { out = append(binary.AppendUvarint(out, uint64(len(b))), b...) }
-	for {
-		part, err := r.NextPart()
-		if err == io.EOF {
-			return out, out != nil
-		}
-		if err != nil {
-			return nil, false
-		}
+	err = eachPart(body, params["boundary"], func(part *multipart.Part, content []byte) bool {
 		disp, dparams, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
 		if err != nil {
-			return nil, false
+			return false
 		}
 		field([]byte(strings.ToLower(disp)))
 		names := slices.Sorted(maps.Keys(dparams))
@@ -146,12 +138,13 @@ func (e *eval) canonicalMultipart(body []byte) ([]byte, bool) {
 				field([]byte(v))
 			}
 		}
-		content, err := io.ReadAll(part)
-		if err != nil {
-			return nil, false
-		}
 		field(content)
+		return true
+	})
+	if err != nil {
+		return nil, false
 	}
+	return out, out != nil
 }
 
 // multipartValue is the first value of form field name in a multipart/form-data body with
@@ -160,25 +153,43 @@ func (e *eval) canonicalMultipart(body []byte) ([]byte, bool) {
 // The whole body must parse, as it must for ParseMultipartForm, which otherwise gives the
 // handler no field at all.
 func multipartValue(body []byte, boundary, name string) (value string, found bool, err error) {
-	malformed := fmt.Errorf("%w: multipart body does not parse", ErrMalformedBody)
+	err = eachPart(body, boundary, func(part *multipart.Part, content []byte) bool {
+		if !found && part.FormName() == name && part.FileName() == "" {
+			value, found = string(content), true
+		}
+		return true
+	})
+	if err != nil {
+		return "", false, fmt.Errorf("%w: multipart body does not parse", ErrMalformedBody)
+	}
+	return value, found, nil
+}
+
+// errPartRefused is eachPart's error when its fn refused a part.
+var errPartRefused = errors.New("part refused")
+
+// eachPart calls fn with each part of a multipart body with boundary and its content, decoded
+// as multipart.Reader decodes it, in order, until fn returns false (errPartRefused). It fails
+// when the body does not parse to its end, or has no boundary.
+func eachPart(body []byte, boundary string, fn func(part *multipart.Part, content []byte) bool) error {
 	if boundary == "" {
-		return "", false, malformed
+		return errors.New("no boundary")
 	}
 	r := multipart.NewReader(bytes.NewReader(body), boundary)
 	for {
 		part, err := r.NextPart()
 		if err == io.EOF {
-			return value, found, nil
+			return nil
 		}
 		if err != nil {
-			return "", false, malformed
+			return err
 		}
 		content, err := io.ReadAll(part)
 		if err != nil {
-			return "", false, malformed
+			return err
 		}
-		if !found && part.FormName() == name && part.FileName() == "" {
-			value, found = string(content), true
+		if !fn(part, content) {
+			return errPartRefused
 		}
 	}
 }
