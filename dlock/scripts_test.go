@@ -98,6 +98,14 @@ func (r *scriptRig) release(owner string) releaseResult {
 	return res
 }
 
+// leave runs leave.lua for owner, an acquisition with ttl that gave up.
+func (r *scriptRig) leave(owner string, ttl time.Duration) {
+	r.t.Helper()
+	if _, err := r.be.leave(context.Background(), acquireRequest{key: r.key, owner: owner, ttl: ttl}); err != nil {
+		r.t.Fatalf("leave %s: %v", owner, err)
+	}
+}
+
 // releaseToNobody releases owner's lock with the line marked but empty: nobody is handed the
 // lock, and the release clears the marker.
 func (r *scriptRig) releaseToNobody(owner string) {
@@ -266,14 +274,8 @@ func TestReleaseWriteErrorKeepsRedisError(t *testing.T) {
 // lock hash leave had to make for the record expires.
 func TestScriptGoneOwnersAreRefused(t *testing.T) {
 	rig := newScriptRig(t)
-	rdb, be, key, keys := rig.rdb, rig.be, rig.key, rig.keys
+	rdb, be, key, keys, leave := rig.rdb, rig.be, rig.key, rig.keys, rig.leave
 	ctx := context.Background()
-	leave := func(owner string, ttl time.Duration) {
-		t.Helper()
-		if _, err := be.leave(ctx, acquireRequest{key: key, owner: owner, ttl: ttl}); err != nil {
-			t.Fatalf("leave %s: %v", owner, err)
-		}
-	}
 
 	// A key nobody ever locked: the record gets a hash of its own, for the acquisition's ttl.
 	leave("gone-0", 300*time.Millisecond)
@@ -308,5 +310,29 @@ func TestScriptGoneOwnersAreRefused(t *testing.T) {
 	// gone-1 dropped off the list: a late look of its would be served.
 	if res := rig.acquire("gone-1", false); res.status != statusObtained {
 		t.Fatalf("gone-1, off the list of 8: %+v, want obtained", res)
+	}
+}
+
+// A second acquisition that gives up on the same free key with a shorter ttl does not cut the
+// first one's record short: a look of the first, arriving after the second's ttl but within
+// its own, is still refused (it would take a lock nobody releases).
+func TestScriptGoneRecordOnlyLengthened(t *testing.T) {
+	rig := newScriptRig(t)
+	rig.leave("gone-long", time.Minute)
+	rig.leave("gone-short", 100*time.Millisecond)
+	if pttl := rig.rdb.PTTL(context.Background(), rig.keys[0]).Val(); pttl < 50*time.Second {
+		t.Fatalf("the record's hash has TTL %v after the shorter leave, want gone-long's minute", pttl)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if res := rig.acquire("gone-long", false); res.status != statusBusy {
+		t.Fatalf("late look of gone-long after gone-short's ttl: %+v, want busy", res)
+	}
+	// A longer leave after a shorter one lengthens the record.
+	rig.key = "k2"
+	rig.keys, _ = rig.be.keys("k2")
+	rig.leave("short", 100*time.Millisecond)
+	rig.leave("long", time.Minute)
+	if pttl := rig.rdb.PTTL(context.Background(), rig.keys[0]).Val(); pttl < 50*time.Second {
+		t.Fatalf("the record's hash has TTL %v after the longer leave, want a minute", pttl)
 	}
 }

@@ -22,9 +22,10 @@ for id in string.gmatch(cur[3] or '', '%S+') do
   gone, n = gone .. ' ' .. id, n + 1
 end
 redis.call('HSET', KEYS[1], 'g', gone)
-if not cur[1] and not cur[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
-elseif (cur[1] == '' or cur[1] == owner) and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[5]) then
+-- The record's time is only ever lengthened: a hash made by an earlier leave holds that one's
+-- record too (a just-made hash has no expiry: PTTL -1).
+if ((not cur[1] and not cur[2]) or cur[1] == '' or cur[1] == owner)
+    and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[5]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[5])
 end
 local released
