@@ -50,7 +50,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	calls, done := c.untilClose(ctx)
 	defer done()
 	if outer := heldIn(ctx, c, key); outer != nil {
-		lk, err := outer.reenter(calls, ac.skipCompleted)
+		lk, err := outer.reenter(calls, ac.skipCompleted, wait)
 		// A hold released as the call came: a context of the lock (WithLock) ends with that
 		// release, so the call answers as it will once the release returns. One that cannot
 		// end (context.WithoutCancel of it, for work that outlives the hold) takes the lock

@@ -16,9 +16,10 @@ type backend interface {
 	// acquire takes the lock for r.owner, or (r.wait) puts the owner in line, refreshing its
 	// place on every call.
 	acquire(ctx context.Context, r acquireRequest) (acquireResult, error)
-	// reenter adds the hold entry for an owner that has the lock; holds < 0: not the owner.
-	// With skipCompleted and a completion record, it adds nothing and returns the record.
-	reenter(ctx context.Context, key, owner, entry string, skipCompleted bool) (holds int, record []byte, err error)
+	// reenter adds the hold entry r.entry for an owner that has the lock; holds < 0: not the
+	// owner. With r.skipCompleted and a completion record, it adds nothing and returns the
+	// record.
+	reenter(ctx context.Context, r reentryRequest) (holds int, record []byte, err error)
 	// release drops the hold entry (storing a completion record first when asked); at the last
 	// hold the lock is freed and handed to the next waiter, who is told (a waiter of this
 	// Client, here, before release returns: woke).
@@ -76,6 +77,14 @@ type acquireRequest struct {
 	ttl           time.Duration
 	wait          bool
 	skipCompleted bool
+}
+
+// reentryRequest is a nested acquisition of a lock its owner holds: entry names the new hold.
+// wait is Acquire's (a migrating slot is waited out, as for a first acquisition), not
+// TryAcquire's.
+type reentryRequest struct {
+	key, owner, entry   string
+	skipCompleted, wait bool
 }
 
 type acquireStatus int

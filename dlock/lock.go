@@ -282,9 +282,10 @@ func (l *lease) refreshed(sent time.Time, ttl time.Duration, ok bool) error {
 // released as it came (see Client.acquire).
 var errHoldReleased = errors.New("dlock: the hold re-entered was released")
 
-// reenter adds a hold to the lease for a nested Acquire. With skipCompleted, a completion
-// record of the key answers *CompletedError instead, as it does for a first acquisition.
-func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) {
+// reenter adds a hold to the lease for a nested Acquire (wait) or TryAcquire. With
+// skipCompleted, a completion record of the key answers *CompletedError instead, as it does
+// for a first acquisition.
+func (lk *Lock) reenter(ctx context.Context, skipCompleted, wait bool) (*Lock, error) {
 	l := lk.l
 	if err := l.err(); err != nil {
 		if !errors.Is(err, ErrLockLost) {
@@ -300,7 +301,8 @@ func (lk *Lock) reenter(ctx context.Context, skipCompleted bool) (*Lock, error) 
 	entry := strconv.FormatInt(l.entries, 10)
 	l.mu.Unlock()
 	sent := time.Now()
-	n, record, err := l.c.be.reenter(ctx, l.key, l.owner, entry, skipCompleted)
+	n, record, err := l.c.be.reenter(ctx, reentryRequest{key: l.key, owner: l.owner, entry: entry,
+		skipCompleted: skipCompleted, wait: wait})
 	if record != nil {
 		return nil, &CompletedError{Key: l.key, Record: record}
 	}

@@ -313,8 +313,8 @@ type reentryFirst struct {
 	reentered, open chan struct{}
 }
 
-func (b *reentryFirst) reenter(ctx context.Context, key, owner, entry string, skip bool) (int, []byte, error) {
-	n, rec, err := b.backend.reenter(ctx, key, owner, entry, skip)
+func (b *reentryFirst) reenter(ctx context.Context, r reentryRequest) (int, []byte, error) {
+	n, rec, err := b.backend.reenter(ctx, r)
 	close(b.reentered)
 	<-b.open
 	return n, rec, err

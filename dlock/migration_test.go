@@ -160,6 +160,52 @@ func TestSlotMigration(t *testing.T) {
 	}
 }
 
+// A re-entrant Acquire (the context carries the lock) waits a migration of the lock's slot
+// out, as a first one does; a re-entrant TryAcquire does not wait: ErrUnavailable.
+func TestReentryThroughSlotMigration(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	ctx := testContext(t, 60*time.Second)
+	holder := newClient(t, cl.Client(t))
+	key := uniqueKey(t)
+	lk, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startSlotMigration(t, ctx, cl, key)
+	held := dlock.WithLock(ctx, lk)
+	if _, err := holder.TryAcquire(held, key); !errors.Is(err, dlock.ErrUnavailable) {
+		t.Fatalf("re-entrant TryAcquire during the migration: %v, want ErrUnavailable", err)
+	}
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		time.Sleep(1500 * time.Millisecond) // past go-redis's own retries
+		m.finish(ctx)
+	}()
+	actx, cancel := context.WithTimeout(held, 10*time.Second)
+	defer cancel()
+	inner, err := holder.Acquire(actx, key)
+	<-finished
+	if err != nil {
+		t.Fatalf("re-entrant Acquire during the migration: %v", err)
+	}
+	if n := inner.HoldCount(); n != 2 {
+		t.Errorf("holds after the re-entry: %d, want 2", n)
+	}
+	if err := inner.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Both holds are gone in Redis: the key is free on its new node.
+	again, err := holder.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire after both releases: %v", err)
+	}
+	_ = again.Release(ctx)
+}
+
 // With WithReplicaAck the scripts go to the slot's master on that node's own connection,
 // with WAIT after them. Once a slot has moved to another master, that node answers MOVED:
 // the Client follows it, as go-redis does for other commands, rather than failing until the

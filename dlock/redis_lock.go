@@ -103,15 +103,19 @@ func parseAcquire(v any, ttl time.Duration) (acquireResult, error) {
 	}
 }
 
-func (b *redisBackend) reenter(ctx context.Context, key, owner, entry string, skipCompleted bool) (int, []byte, error) {
-	keys, _ := b.keys(key)
+func (b *redisBackend) reenter(ctx context.Context, r reentryRequest) (int, []byte, error) {
+	keys, _ := b.keys(r.key)
 	skip := 0
-	if skipCompleted {
+	if r.skipCompleted {
 		skip = 1
 	}
 	var reply any
-	err := b.call(ctx, func(ctx context.Context) (err error) {
-		reply, err = scriptReenter.run(ctx, b.rdb, []string{keys[0], keys[3]}, owner, entry, skip).Result()
+	call := b.call
+	if r.wait {
+		call = b.callThroughMigration
+	}
+	err := call(ctx, func(ctx context.Context) (err error) {
+		reply, err = scriptReenter.run(ctx, b.rdb, []string{keys[0], keys[3]}, r.owner, r.entry, skip).Result()
 		return err
 	})
 	if err != nil {

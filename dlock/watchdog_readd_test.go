@@ -18,8 +18,8 @@ type lostReenterReply struct {
 	renews atomic.Int64
 }
 
-func (b *lostReenterReply) reenter(ctx context.Context, key, owner, entry string, skip bool) (int, []byte, error) {
-	if _, _, err := b.backend.reenter(ctx, key, owner, entry, skip); err != nil {
+func (b *lostReenterReply) reenter(ctx context.Context, r reentryRequest) (int, []byte, error) {
+	if _, _, err := b.backend.reenter(ctx, r); err != nil {
 		return 0, nil, err
 	}
 	return 0, nil, unavailable("reenter", errors.New("injected: reply lost after the script ran"))
