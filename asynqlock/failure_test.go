@@ -304,6 +304,7 @@ func TestTaskContextEndingIsNotBusy(t *testing.T) {
 	}
 
 	for _, herr := range []error{asynq.RevokeTask, asynq.SkipRetry, &asynqlock.ErrLocked{Key: "account:2", RetryIn: time.Second}} {
+		o := oteltest.New(t)
 		h := asynqlock.Wrap(asynq.HandlerFunc(func(ctx context.Context, _ *asynq.Task) error {
 			lk, _ := asynqlock.FromContext(ctx)
 			if err := e.rdb.Del(ctx, "lockguard:{order:o2}:lock").Err(); err != nil {
@@ -311,11 +312,17 @@ func TestTaskContextEndingIsNotBusy(t *testing.T) {
 			}
 			<-lk.Done()
 			return fmt.Errorf("handler: %w", herr)
-		}), e.lock, keyfunc.Join(keyfunc.Const("order"), keyfunc.JSON("order_id")))
+		}), e.lock, keyfunc.Join(keyfunc.Const("order"), keyfunc.JSON("order_id")), asynqlock.WithTracerProvider(o.TP))
 		err := h.ProcessTask(t.Context(), asynq.NewTask("refund", []byte(`{"order_id":"o2"}`)))
 		if !errors.Is(err, dlock.ErrLockLost) || errors.Is(err, asynq.RevokeTask) || errors.Is(err, asynq.SkipRetry) ||
 			errors.As(err, &locked) || !asynqlock.IsFailure(err) || !strings.Contains(err.Error(), herr.Error()) {
 			t.Errorf("lock lost, handler returned %v: task error %v, want a lost failure that asynq retries, naming the handler's error", herr, err)
+		}
+		// Not revoked: asynq retries the task, whatever the handler said.
+		s := oneSpan(t, o)
+		wantSpan(t, s, asynqlock.OutcomeLost, codes.Error)
+		if v := oteltest.Attr(s, "asynqlock.revoked"); v != "" {
+			t.Errorf("lock lost, handler returned %v: span has asynqlock.revoked=%s, want none", herr, v)
 		}
 	}
 }

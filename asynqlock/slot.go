@@ -19,8 +19,12 @@ import (
 const HeaderScheduledAt = "lockguard-scheduled-at"
 
 // parseScheduledAt reads a HeaderScheduledAt value: RFC 3339, which time.RFC3339Nano reads
-// but for the lower-case "t" and "z" and the leap second that RFC 3339 allows.
+// but for the lower-case "t" and "z" and the leap second that RFC 3339 allows, and for the
+// comma before a fraction, which time.Parse reads and RFC 3339 does not allow.
 func parseScheduledAt(v string) (time.Time, error) {
+	if strings.Contains(v, ",") {
+		return time.Time{}, fmt.Errorf("%q is not RFC 3339: a comma before the fraction", v)
+	}
 	v = strings.ToUpper(v) // nothing else in RFC 3339 text has a case
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil && len(v) > 19 && v[17:19] == "60" {
@@ -244,8 +248,8 @@ func OncePerSlot(period time.Duration) Option {
 
 // WithSlotLocation makes OncePerSlot count slots in loc, the time zone the schedule is kept
 // in: whole days by loc's calendar, periods that divide a day by its wall clock (see SlotIn).
-// Default UTC, asynq.Scheduler's default Location. Without OncePerSlot there are no slots to
-// count: New and Wrap panic.
+// Default UTC, asynq.Scheduler's default Location; nil is the default. Without OncePerSlot
+// there are no slots to count: New and Wrap panic (but for nil, which asks for nothing).
 func WithSlotLocation(loc *time.Location) Option {
 	return optionFunc(func(c *config) { c.slotLoc = loc })
 }

@@ -99,6 +99,8 @@ func TestSlotPart(t *testing.T) {
 		{"leap second", map[string]string{asynqlock.HeaderScheduledAt: "2016-12-31T23:59:60Z"}, "report:20161231T230000Z", nil},
 		{"leap second with a fraction and an offset", map[string]string{asynqlock.HeaderScheduledAt: "2017-01-01T00:59:60.5+01:00"}, "report:20161231T230000Z", nil},
 		{"second 61", map[string]string{asynqlock.HeaderScheduledAt: "2016-12-31T23:59:61Z"}, "", keyfunc.ErrInvalid},
+		// Go's time.Parse reads a comma before the fraction; RFC 3339 has only the dot.
+		{"comma before the fraction", map[string]string{asynqlock.HeaderScheduledAt: "2026-11-21T05:59:59,5Z"}, "", keyfunc.ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := key.Key(asynqlock.NewSource(t.Context(), asynq.NewTaskWithHeaders("report", nil, tc.headers)))
