@@ -28,36 +28,60 @@ func TestErrorsWithNothingSentNotStored(t *testing.T) {
 			c.JSON(http.StatusInternalServerError, gin.H{"error": c.Errors.Last().Error()})
 		}
 	}
+	// renderAlways renders the last error after the chain whatever was sent (c.JSON(-1)
+	// keeps the status): after c.AbortWithError the status is sent, the body is its.
+	renderAlways := func(c *gin.Context) {
+		c.Next()
+		if err := c.Errors.Last(); err != nil {
+			c.JSON(-1, gin.H{"error": err.Error()})
+		}
+	}
 	for _, tc := range []struct {
 		name      string
-		renderer  bool                 // renderErrors runs before ginlock
+		renderer  gin.HandlerFunc      // runs before ginlock, when not nil
 		first     func(c *gin.Context) // the first run's answer
 		wantFirst int
 		stored    bool
 	}{
-		{"error left to a renderer before ginlock", true, func(c *gin.Context) {
+		{"error left to a renderer before ginlock", renderErrors, func(c *gin.Context) {
 			_ = c.Error(errors.New("payment provider unreachable"))
 		}, http.StatusInternalServerError, false},
-		{"JSON that does not marshal", false, func(c *gin.Context) {
+		// c.AbortWithError sends the status at once (WriteHeaderNow): the body is whatever
+		// renders c.Errors later, unseen by ginlock, so an error status sent without a body
+		// is not stored either, else the retry got an empty answer for the first one's body.
+		{"AbortWithError rendered before ginlock", renderAlways, func(c *gin.Context) {
+			_ = c.AbortWithError(http.StatusBadRequest, errors.New("amount must be positive"))
+		}, http.StatusBadRequest, false},
+		{"AbortWithError with no renderer", nil, func(c *gin.Context) {
+			_ = c.AbortWithError(http.StatusBadRequest, errors.New("amount must be positive"))
+		}, http.StatusBadRequest, false},
+		// A success sent without a body, with an error recorded for the log: the work is
+		// done, so the answer is stored.
+		{"error recorded with a success sent without a body", renderErrors, func(c *gin.Context) {
+			_ = c.Error(errors.New("audit log unreachable"))
+			c.Header("Location", "/payments/1")
+			c.AbortWithStatus(http.StatusCreated)
+		}, http.StatusCreated, true},
+		{"JSON that does not marshal", nil, func(c *gin.Context) {
 			c.JSON(http.StatusCreated, gin.H{"amount": math.NaN()})
 		}, http.StatusCreated, false},
-		{"reader that fails before its first byte", false, func(c *gin.Context) {
+		{"reader that fails before its first byte", nil, func(c *gin.Context) {
 			c.DataFromReader(http.StatusOK, -1, "application/octet-stream", &cutReader{fail: true}, nil)
 		}, http.StatusOK, false},
-		{"error with an answer of its own", true, func(c *gin.Context) {
+		{"error with an answer of its own", renderErrors, func(c *gin.Context) {
 			_ = c.Error(errors.New("card declined"))
 			c.AbortWithStatusJSON(http.StatusPaymentRequired, gin.H{"error": "card declined"})
 		}, http.StatusPaymentRequired, true},
 		// The error recorded after the answer (for a logging middleware): the chain was
 		// aborted before the body started, so this is no render that failed part-way.
-		{"error recorded after an answer of its own", true, func(c *gin.Context) {
+		{"error recorded after an answer of its own", renderErrors, func(c *gin.Context) {
 			c.AbortWithStatusJSON(http.StatusPaymentRequired, gin.H{"error": "card declined"})
 			_ = c.Error(errors.New("card declined"))
 		}, http.StatusPaymentRequired, true},
 		// An answer, then an error and an abort: what gin's c.Render does when its source
 		// fails part-way. It cannot be told apart, so it is not stored (docs/ginlock.md
 		// tells users to answer with AbortWithStatusJSON instead).
-		{"answer then error and abort", true, func(c *gin.Context) {
+		{"answer then error and abort", renderErrors, func(c *gin.Context) {
 			c.JSON(http.StatusPaymentRequired, gin.H{"error": "card declined"})
 			_ = c.Error(errors.New("card declined"))
 			c.Abort()
@@ -65,8 +89,8 @@ func TestErrorsWithNothingSentNotStored(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := router()
-			if tc.renderer {
-				r.Use(renderErrors)
+			if tc.renderer != nil {
+				r.Use(tc.renderer)
 			}
 			var runs atomic.Int32
 			r.POST("/pay", ginlock.New(e.locks, payKey), func(c *gin.Context) {

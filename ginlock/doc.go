@@ -91,9 +91,9 @@
 //     are header values it set before (a refreshed session cookie, a request id): a replay
 //     keeps the retry's own, adding stored Set-Cookie values to them (and the values the
 //     chain added to such a header, as Vary). Trailers are not stored. A chain that recorded
-//     errors (c.Error) and sent nothing leaves its answer to such a middleware: nothing is
-//     stored, and a retry runs the handler again. Errors recorded before ginlock ran do not
-//     count.
+//     errors (c.Error) and sent no body, with no status or an error status (c.AbortWithError),
+//     leaves its answer to such a middleware: nothing is stored, and a retry runs the handler
+//     again. Errors recorded before ginlock ran do not count.
 //   - A lost lock is detected by dlock's watchdog, not instantly; work that must not
 //     overlap a successor should pass the fencing token (the Token of the lock FromContext
 //     returns) to the resource it writes. When the handler returns without having answered

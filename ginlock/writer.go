@@ -228,17 +228,20 @@ func (w *recorder) chainDone() {
 // nothing was cut short. An empty 200 is not taken for one then: it is also what a stream
 // that stopped before its first chunk leaves; nor is an empty answer of a chain that
 // recorded an error (a c.DataFromReader whose reader failed before its first byte sets its
-// status and records the failure). A chain that recorded an error and sent nothing at all,
-// not even its status, leaves its answer to whoever renders c.Errors later: not complete.
+// status and records the failure). A chain that recorded an error and sent no body, and no
+// status either or an error status (c.AbortWithError sends its status at once), leaves its
+// answer to whoever renders c.Errors later: not complete.
 func (w *recorder) complete() bool {
 	if w.renderFailed {
 		return false
 	}
-	if w.chainErrors && w.writes == 0 && !w.flushed && !w.ResponseWriter.Written() {
-		// Nothing sent, not even the status, and errors recorded: the answer is whatever
-		// renders c.Errors after this middleware (an error middleware outside it, or gin's
-		// bare status), which the recorder never sees. A render that failed before its first
-		// byte (c.JSON of a value that does not marshal) leaves this too.
+	if w.chainErrors && w.writes == 0 && !w.flushed &&
+		(!w.ResponseWriter.Written() || w.ResponseWriter.Status() >= http.StatusBadRequest) {
+		// No body and errors recorded: the answer's body is whatever renders c.Errors after
+		// this middleware (an error middleware outside it, or nothing: gin's bare status),
+		// which the recorder never sees. A render that failed before its first byte (c.JSON
+		// of a value that does not marshal) leaves this too. A success sent without a body
+		// (201 with a Location, errors recorded for the log) is an answer: the work is done.
 		return false
 	}
 	if cl := w.ResponseWriter.Header().Get("Content-Length"); cl != "" && w.c.Request.Method != http.MethodHead && bodyAllowed(w.ResponseWriter.Status()) {
