@@ -46,7 +46,8 @@ func fail(c *gin.Context, status int, code string) {
 // failErr answers an error from the store or the provider: 404 for unknown ids; 409
 // lock_lost with Retry-After when the account lock was lost (its context ended with
 // dlock.ErrLockLost) or superseded (ErrFenced: the write was refused), as ginlock answers a
-// lost lock; 503 when the request's context ended otherwise (client gone); 500 otherwise.
+// lost lock; 503 with Retry-After when the request's context ended otherwise (client gone,
+// or a shutdown stopped it: nothing was written, so a retry is safe); 500 otherwise.
 func (a *App) failErr(c *gin.Context, err error, notFoundCode string) {
 	ctx := c.Request.Context()
 	switch {
@@ -58,6 +59,7 @@ func (a *App) failErr(c *gin.Context, err error, notFoundCode string) {
 		fail(c, http.StatusConflict, codeLockLost)
 	case c.Request.Context().Err() != nil:
 		a.log.Warn("request stopped", "path", c.FullPath(), "err", err, "cause", context.Cause(c.Request.Context()))
+		c.Header("Retry-After", "1")
 		fail(c, http.StatusServiceUnavailable, codeUnavailable)
 	default:
 		a.log.Error("request failed", "path", c.FullPath(), "err", err)

@@ -1,6 +1,7 @@
 package shop_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -212,4 +213,27 @@ func TestQueueWithRedisDownIs503(t *testing.T) {
 		t.Errorf("queue with Redis down: %d %s (Retry-After %q), want 503 unavailable with Retry-After 1",
 			w.Code, w.Body, w.Header().Get("Retry-After"))
 	}
+}
+
+// A withdrawal whose request ends while it runs (the client went away, or a shutdown's grace
+// period ran out: the provider call is cut short) writes nothing and answers 503 unavailable
+// with Retry-After: 1, as every 503 of the shop does: nothing was done, so a retry is safe.
+func TestStoppedWithdrawalAnswers503RetryAfter(t *testing.T) {
+	modes(t, func(t *testing.T, protected bool) {
+		e := newEnv(t, protected, 2*time.Second)
+		a := e.account("alice", 10_000)
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		req := httptest.NewRequestWithContext(ctx, "POST", "/api/accounts/"+a.ID+"/withdraw", strings.NewReader(`{"amount":100}`))
+		req.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		e.h.ServeHTTP(w, req)
+		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" || !strings.Contains(w.Body.String(), `"unavailable"`) {
+			t.Errorf("withdrawal stopped while it ran: %d %s (Retry-After %q), want 503 unavailable with Retry-After 1",
+				w.Code, w.Body, w.Header().Get("Retry-After"))
+		}
+		if l := e.ledger(a.ID); len(l) != 0 {
+			t.Errorf("the stopped withdrawal wrote %+v", l)
+		}
+	})
 }
