@@ -112,6 +112,22 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 				err = &waitError{ctxErr: ctx.Err()}
 			}
 		}
+		if err == nil && !time.Now().Before(g.deadline()) {
+			// Answered after the lease had run out on our clock (Redis stalled past it while
+			// the look was on its way): a lock over before it is handed out is of no use, and
+			// Redis holds it for nobody until its lease ends. Free it (passing it on to the
+			// next in line), then wait on as a new waiter, or tell a TryAcquire the store was
+			// too slow (TestAcquireAnsweredPastItsLease).
+			c.freeUnused(ctx, r.key, r.owner, g.names)
+			switch {
+			case wait && ctx.Err() == nil:
+				continue
+			case wait:
+				err = &waitError{ctxErr: ctx.Err()}
+			default:
+				err = unavailable("acquire", errAnsweredLate)
+			}
+		}
 		break
 	}
 	var l *lease
@@ -131,9 +147,7 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 			// Obtained as Close ran: no watchdog will renew it and nobody can use it. Free it
 			// in Redis rather than leave it held to the end of its lease.
 			l.end(ErrClosed)
-			rctx, cancel := c.boundedContext(context.WithoutCancel(ctx))
-			_, _ = c.be.release(rctx, releaseRequest{key: key, owner: r.owner, entry: "1", names: g.names})
-			cancel()
+			c.freeUnused(ctx, key, r.owner, g.names)
 			err = ErrClosed
 		}
 	}
@@ -143,6 +157,18 @@ func (c *Client) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 		return nil, err
 	}
 	return &Lock{l: l, entry: "1"}, nil
+}
+
+// errAnsweredLate is the cause of a TryAcquire whose answer came after the lease it granted
+// had run out on the caller's clock.
+var errAnsweredLate = errors.New("answered after the lease it granted had run out on this client's clock")
+
+// freeUnused releases in Redis a lock just obtained that will not be handed to the caller,
+// within the client's bound, whether or not ctx has ended.
+func (c *Client) freeUnused(ctx context.Context, key, owner string, names any) {
+	rctx, cancel := c.boundedContext(context.WithoutCancel(ctx))
+	defer cancel()
+	_, _ = c.be.release(rctx, releaseRequest{key: key, owner: owner, entry: "1", names: names})
 }
 
 // hold hands a lease just obtained to the watchdog, when it is renewed or awaits

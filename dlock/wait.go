@@ -23,9 +23,12 @@ type grant struct {
 // less than a third left, which is when the watchdog would renew it. That happens when the
 // releasing client's claim lease is short against the time this waiter spent since it looked.
 func (g *grant) confirmDue() bool {
-	left := time.Until(g.sent.Add(g.valid - drift(g.valid)))
-	return left < g.valid/3
+	return time.Until(g.deadline()) < g.valid/3
 }
+
+// deadline is when the lease granted ends on our clock, as the lease counts it (see
+// lease.start).
+func (g *grant) deadline() time.Time { return g.sent.Add(g.valid - drift(g.valid)) }
 
 // obtain runs the acquisition: one script call when the lock is free; otherwise, if r.wait,
 // a place in line and a wait for the hand-off message, looking again every retry interval
