@@ -32,7 +32,8 @@ func New(client *dlock.Client, key *keyfunc.Func, opts ...Option) asynq.Middlewa
 }
 
 // Wrap returns h running under the lock, as New does for every handler of a mux. Use it when
-// only some task types need a lock, or each needs its own key.
+// only some task types need a lock, or each needs its own key. It panics if h, client or key
+// is nil.
 func Wrap(h asynq.Handler, client *dlock.Client, key *keyfunc.Func, opts ...Option) asynq.Handler {
 	return newMiddleware(client, key, opts).wrap(h)
 }
@@ -56,7 +57,7 @@ type middleware struct {
 
 func newMiddleware(client *dlock.Client, key *keyfunc.Func, opts []Option) *middleware {
 	if client == nil || key == nil {
-		panic("asynqlock: New needs a dlock.Client and a key function")
+		panic("asynqlock: New and Wrap need a dlock.Client and a key function")
 	}
 	cfg := newConfig(opts)
 	if cfg.slotLoc != nil && cfg.slot == 0 {

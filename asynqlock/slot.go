@@ -49,7 +49,7 @@ func parseScheduledAt(v string) (time.Time, error) {
 // Caveats of processing time: a task processed in a later slot than it was scheduled for (a
 // backlog, a retry) counts for the slot it runs in, so keep queue latency well below the
 // period, or enqueue the task from a loop of your own that sets the header. A task
-// processed less than slotLead (min(period/10, 1 s)) before a slot boundary counts for the
+// processed less than min(period/10, 1 s) before a slot boundary counts for the
 // slot that starts there: a tick on the boundary, read on a worker whose clock is a little
 // behind the scheduler's, must not fall into the slot before it.
 func Slot(period time.Duration) keyfunc.Part { return SlotIn(period, time.UTC) }

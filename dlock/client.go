@@ -258,8 +258,8 @@ func (c *Client) Do(ctx context.Context, key string, fn func(ctx context.Context
 	return fn(WithLock(ctx, lk))
 }
 
-// Completed returns the record stored by Complete for key, if it is still retained. After
-// Close it returns ErrClosed.
+// Completed returns the record stored by Complete for key, if it is still retained. Errors:
+// ErrInvalidKey (as Acquire), ErrUnavailable (Redis did not answer), ErrClosed after Close.
 func (c *Client) Completed(ctx context.Context, key string) (record []byte, ok bool, err error) {
 	mustContext(ctx, "Completed")
 	if c.closed.Load() {

@@ -24,9 +24,12 @@ type held struct {
 // The lease keeps each context it returned until that context or the lease ends. A call with
 // the same ctx and lk as an earlier one whose context is live returns that context again, so
 // a loop that derives a context per unit of work from one long-lived ctx under a long-held
-// lock does not accumulate them.
+// lock does not accumulate them. It panics if ctx or lk is nil.
 func WithLock(ctx context.Context, lk *Lock) context.Context {
 	mustContext(ctx, "WithLock")
+	if lk == nil {
+		panic("dlock: WithLock with a nil Lock")
+	}
 	var from context.Context
 	// The value, not only its type: a comparable type (a struct with an interface field, as
 	// context.WithoutCancel's) can hold a value that is not, and comparing it would panic.

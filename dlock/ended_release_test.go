@@ -81,7 +81,8 @@ func TestRefreshWithEndedContextKeepsTheLease(t *testing.T) {
 	}
 }
 
-// Every call panics for a nil context, naming itself, before it changes anything: a Release or
+// Every call panics for a nil context, naming itself, before it changes anything (WithLock for
+// a nil Lock too): a Release or
 // Complete that panicked leaves the hold as it was, so the lock is still renewed, still held,
 // and freed by the next Release. Before, Release marked the hold released and took the lease
 // off the watchdog, then panicked inside: the key stayed locked and a retry was refused.
@@ -118,6 +119,14 @@ func TestNilContextPanicsBeforeAnything(t *testing.T) {
 			tc.call()
 		}()
 	}
+	func() {
+		defer func() {
+			if p, _ := recover().(string); p != "dlock: WithLock with a nil Lock" {
+				t.Errorf("WithLock(ctx, nil): panic %q, want one naming the nil Lock", p)
+			}
+		}()
+		_ = dlock.WithLock(ctx, nil)
+	}()
 	time.Sleep(1500 * time.Millisecond) // past the 1 s lease: renewed all along
 	if err := lk.Err(); err != nil || lk.HoldCount() != 1 {
 		t.Fatalf("after the panics: Err %v, %d holds; want the lock held, renewed, with its one hold", err, lk.HoldCount())

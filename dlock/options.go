@@ -81,8 +81,9 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // have the script yet and both are sent again). A lock not acknowledged within timeout is released again and the call
 // returns an error matching ErrUnavailable. A lock handed to a waiter is confirmed the same way
 // before the waiter gets it. This narrows the window in which a failover loses a fresh lock; it
-// does not close it (WAIT does not make Redis strongly consistent). Default: off. Works with a
-// *redis.Client (also a failover client) and a *redis.ClusterClient.
+// does not close it (WAIT does not make Redis strongly consistent). Default: off; n <= 0 turns
+// it off. A timeout under 1 ms is 1 ms: WAIT's 0 (wait for ever) is not offered, since a lock
+// call must end. Works with a *redis.Client (also a failover client) and a *redis.ClusterClient.
 func WithReplicaAck(n int, timeout time.Duration) Option {
 	return optionFunc(func(c *config) {
 		c.replicas, c.replicaWait = max(n, 0), max(timeout, time.Millisecond)

@@ -62,7 +62,8 @@ func ExampleFunc_Scope() {
 	// {route}:{user}|{Idempotency-Key} true
 }
 
-// Long values are replaced by a fixed-length hash; keys stay within their bound.
+// Values longer than the bound are replaced by a fixed-length hash; HashAbove(0) hashes every
+// value, here to keep an e-mail address out of the key.
 func ExamplePart_HashAbove() {
 	f := keyfunc.Join(keyfunc.Const("email"), keyfunc.Query("email").HashAbove(0))
 	key, _ := f.Key(&keyfunc.MapSource{Query: map[string]string{"email": "a@example.com"}})

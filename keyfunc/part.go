@@ -38,9 +38,10 @@ type Part struct {
 	defMax    int // the constructor's default cap; <0: no cap
 	hashAbove int // 0: the Func's WithHashAbove; <0: always hash
 	idem      bool
-	integer   bool   // Integer: the value is a base-10 integer, rendered canonically
-	param     string // the path parameter a Param part reads
-	server    bool   // the server set the value (ContextValue): unusable is ErrContextValue
+	integer   bool    // Integer: the value is a base-10 integer, rendered canonically
+	param     string  // the path parameter a Param part reads
+	server    bool    // the server set the value (ContextValue): unusable is ErrContextValue
+	constant  *string // Const's value, checked when the part is built
 }
 
 // getter returns a part's raw value and whether it is present.
@@ -97,7 +98,18 @@ func (p Part) MaxLen(n int) Part {
 //
 // Use it where the handler converts the value to a number; leave it off where the value is
 // an identifier kept as text ("042" and "42" are then two accounts, and must be two locks).
-func (p Part) Integer() Part { p.integer = true; return p }
+//
+// On a Const part whose value is not an integer it panics: the server wrote it, and every
+// key would otherwise fail as if the request were at fault.
+func (p Part) Integer() Part {
+	if p.constant != nil {
+		if _, ok := canonicalInteger(*p.constant); !ok {
+			panic(fmt.Sprintf("keyfunc: Const(%q).Integer(): the constant is not an integer", *p.constant))
+		}
+	}
+	p.integer = true
+	return p
+}
 
 // canonicalInteger is v, a base-10 integer, in canonical form; false when v is not one.
 func canonicalInteger(v string) (string, bool) {
@@ -133,25 +145,54 @@ func (p Part) String() string { return p.name }
 
 // Param is the path parameter name (KindParam). Cap: DefaultMaxLen.
 func Param(name string) Part {
+	mustName("Param", name)
 	p := valuePart(KindParam, name, DefaultMaxLen)
 	p.param = name
 	return p
 }
 
 // Query is the first value of query parameter name (KindQuery). Cap: DefaultMaxLen.
-func Query(name string) Part { return valuePart(KindQuery, name, DefaultMaxLen) }
+func Query(name string) Part {
+	mustName("Query", name)
+	return valuePart(KindQuery, name, DefaultMaxLen)
+}
 
 // Header is the first value of header name (KindHeader), as sent. Cap: DefaultMaxHeaderLen.
 // Header(IdempotencyKeyHeader) counts for UsesIdempotencyKey but, unlike IdempotencyKey,
-// takes the value as sent, without sf-string decoding or validation.
+// takes the value as sent, without sf-string decoding or validation. A name that is not a
+// header field name (RFC 9110: a token, such as "X-Account") panics: no request carries it.
 func Header(name string) Part {
+	mustName("Header", name)
+	if strings.IndexFunc(name, notTokenChar) >= 0 {
+		panic(fmt.Sprintf("keyfunc: Header(%q): not a header field name (RFC 9110 token)", name))
+	}
 	p := valuePart(KindHeader, name, DefaultMaxHeaderLen)
 	p.idem = strings.EqualFold(name, IdempotencyKeyHeader)
 	return p
 }
 
 // Meta is adapter metadata such as MetaRoute or MetaTaskType (KindMeta). Cap: DefaultMaxLen.
-func Meta(name string) Part { return valuePart(KindMeta, name, DefaultMaxLen) }
+func Meta(name string) Part {
+	mustName("Meta", name)
+	return valuePart(KindMeta, name, DefaultMaxLen)
+}
+
+// mustName panics when a part constructor is given an empty name: the part would be absent
+// from every request, each refused as if the client had left it out.
+func mustName(constructor, name string) {
+	if name == "" {
+		panic("keyfunc: " + constructor + " with an empty name")
+	}
+}
+
+// notTokenChar reports whether r may not appear in an RFC 9110 token (a header field name).
+func notTokenChar(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune("!#$%&'*+-.^_`|~", r)
+}
 
 func valuePart(kind Kind, name string, defMax int) Part {
 	return newPart(name, defMax, func(e *eval) (string, bool, error) {
@@ -200,7 +241,8 @@ func notBlank(v string) bool { return strings.Trim(v, " \t") != "" }
 // in a canonical decimal form (1e2, 100 and 100.0 all give "100", exactly; -0 gives "0"),
 // booleans as "true"/"false" (so "100" and 100 give the same value); null counts as absent;
 // objects and arrays are used in their canonical JSON form (sorted keys, compact), which a
-// string holding the same text also gives; the path "" is the whole body. Member names match
+// string holding the same text also gives; the path "" is the whole body, and an empty
+// segment names the member "" ("." is {"":{"":…}}'s inner value). Member names match
 // ignoring case, as encoding/json matches them to struct fields. The body is parsed once per
 // Key call, however many parts use it.
 // Errors: ErrMalformedBody (invalid JSON, nesting deeper than MaxJSONDepth), ErrInvalid
@@ -245,6 +287,7 @@ func JSON(path string) Part {
 // part with the adapter's error.
 // Cap: DefaultMaxBodyLen.
 func Form(name string) Part {
+	mustName("Form", name)
 	return newPart(name, DefaultMaxBodyLen, func(e *eval) (string, bool, error) {
 		body, inBody, err := formBodyValue(e, name)
 		if err != nil {
@@ -393,7 +436,9 @@ func From(name string, fn func(Source) (string, error)) Part {
 // Const is a fixed value, escaped like any other (use Template for literal text such as
 // a "pay:" prefix). It has no length cap but is hashed when long.
 func Const(s string) Part {
-	return newPart("const", -1, func(*eval) (string, bool, error) { return s, true, nil })
+	p := newPart("const", -1, func(*eval) (string, bool, error) { return s, true, nil })
+	p.constant = &s
+	return p
 }
 
 // BodyHash is a SHA-256 of the canonical body, 43 base64url characters. Use it to catch the

@@ -263,6 +263,16 @@ func TestBuildPanics(t *testing.T) {
 		"slice ContextValue": func() { ContextValue([]string{"user"}) },
 		"map ContextValue":   func() { ContextValue(map[string]int{}) },
 		"nil From function":  func() { From("x", nil) },
+		// Names no request carries: every key would fail as the client's fault (400).
+		"empty Param":             func() { Param("") },
+		"empty Query":             func() { Query("") },
+		"empty Header":            func() { Header("") },
+		"Header with a space":     func() { Header("X Account") },
+		"Header with a colon":     func() { Header("X-Account:") },
+		"empty Meta":              func() { Meta("") },
+		"empty Form":              func() { Form("") },
+		"Const not an integer":    func() { Const("x").Integer() },
+		"Const empty, an integer": func() { Const("").Integer() },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -272,6 +282,15 @@ func TestBuildPanics(t *testing.T) {
 			}()
 			fn()
 		})
+	}
+}
+
+// The names and constants the build checks still take what requests do carry.
+func TestBuildAcceptsUsualNames(t *testing.T) {
+	src := &MapSource{Header: map[string]string{"X-Account_ID.v2": "7"}, Payload: []byte(`{"a":{"b":[1,{"c":"x"}]}}`)}
+	k, err := Join(Header("X-Account_ID.v2"), JSON("a.b.1.c"), JSON("a.b.0"), Const("042").Integer(), Const("-7").Integer()).Key(src)
+	if err != nil || k != "7:x:1:42:-7" {
+		t.Fatalf("Key = %q, %v", k, err)
 	}
 }
 

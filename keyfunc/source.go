@@ -77,14 +77,14 @@ type MultiValueSource interface {
 // only in case, the first in byte order, so a key never depends on map order); every other
 // name exactly.
 type MapSource struct {
-	Ctx     context.Context
-	Params  map[string]string
-	Query   map[string]string
-	Header  map[string]string
-	Form    map[string]string
-	Meta    map[string]string
-	Payload []byte // returned by Body
-	BodyErr error  // when set, Body returns it instead of Payload
+	Ctx     context.Context   // returned by Context
+	Params  map[string]string // KindParam values
+	Query   map[string]string // KindQuery values
+	Header  map[string]string // KindHeader values (names matched as above)
+	Form    map[string]string // KindForm values
+	Meta    map[string]string // KindMeta values
+	Payload []byte            // returned by Body
+	BodyErr error             // when set, Body returns it instead of Payload
 }
 
 // Context returns s.Ctx.
