@@ -82,9 +82,8 @@ func TestRefreshWithEndedContextKeepsTheLease(t *testing.T) {
 }
 
 // Every call panics for a nil context, naming itself, before it changes anything (WithLock for
-// a nil Lock too): a Release or
-// Complete that panicked leaves the hold as it was, so the lock is still renewed, still held,
-// and freed by the next Release. Before, Release marked the hold released and took the lease
+// a nil Lock too): a Release or Complete that panicked leaves the hold as it was, so the lock
+// is still renewed, still held, and freed by the next Release. Before, Release marked the hold released and took the lease
 // off the watchdog, then panicked inside: the key stayed locked and a retry was refused.
 func TestNilContextPanicsBeforeAnything(t *testing.T) {
 	_, rdb, c := setup(t, dlock.WithLease(time.Second))
