@@ -22,14 +22,14 @@ func (r *report) plots(dir string) error {
 	return r.throughputPlot(filepath.Join(dir, "throughput.png"))
 }
 
-// waitPlot draws, per contender, the share of acquisitions that waited longer than x (8
+// waitPlot draws, per contender, the share of acquisitions that waited x or longer (8
 // goroutines, first hold) on log-log axes, so that the tail of rare long waits stays visible.
 func (r *report) waitPlot(path string) error {
 	p := plot.New()
 	hold := r.plan.holds[0]
 	p.Title.Text = fmt.Sprintf("Wait per acquisition, 8 goroutines on one key, hold %s", fmtDur(hold))
 	p.X.Label.Text = "x = wait from Acquire call to lock held (ms, log scale)"
-	p.Y.Label.Text = "share of waits longer than x"
+	p.Y.Label.Text = "share of waits of x or longer"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 	p.Legend.Top = false // bottom left: short waits are never rare, so no line passes there

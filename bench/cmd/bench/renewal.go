@@ -106,8 +106,9 @@ func (x *renewalRuns) refreshLat() *metrics.Sample {
 }
 
 // renewal holds many locks with a short lease and counts what keeps them alive: lockguard's
-// watchdog, or for the others one refresh loop per lock, refreshing every lease/3 (the
-// pattern their READMEs show: Refresh / Extend before the ttl runs out). Each contender runs
+// watchdog, or for the others one refresh loop per lock, refreshing every lease/3 (their
+// READMEs show Refresh / Extend, not when to call it: lease/3 is lockguard's own watchdog
+// period, so both renew as often). Each contender runs
 // renewRounds times, on a fresh client each time, in an order that rotates from round to round.
 func (b *bench) renewal(ctx context.Context, rep *report) error {
 	res := map[string]*renewalRuns{}

@@ -135,7 +135,7 @@ func (r *report) markdown() []byte {
 	}
 	if loadHigh(m.loadStart, m.cores) || loadHigh(m.loadEnd, m.cores) {
 		w("The machine was shared with other work during this run (1-minute load average above its %d cores at some point); ", m.cores)
-		w("all contenders ran interleaved, so the load hit them alike, but absolute numbers are lower and noisier than on an idle machine.\n\n")
+		w("the contenders ran in rotating order, so the load hit them alike over each scenario (in the contended one, over its configurations: one run each), but absolute numbers are lower and noisier than on an idle machine.\n\n")
 	}
 
 	w("## Targets\n\n")
@@ -188,7 +188,7 @@ func (r *report) writeUncontended(w func(string, ...any)) {
 		w(" (2 x PING p50 is %s, against %s for the floor pair)", fmtDur(2*p.lat.Quantile(0.5)), fmtDur(floor.lat.Quantile(0.5)))
 	}
 	w(". **p50 / floor** divides p50s taken over all rounds; **per round** divides each contender's p50 in a round by the floor's p50 in the same round, ")
-	w("and shows the median of those %d ratios with their range (the spread is the round-to-round noise); the ≤ 1.2x target is judged on that median. ", r.plan.uncRounds)
+	w("and shows the median of those %d ratios with their range (the spread is the noise: within a round each contender runs its %d operations as one block, one block after another, so its block and the floor's can be several blocks apart, and the same place in the rotation does not come round equally often for every pair in %d rounds); the ≤ 1.2x target is judged on that median. ", r.plan.uncRounds, r.plan.uncOps, r.plan.uncRounds)
 	w("Round trips and requests are counted by a go-redis hook on the contender's client; the commandstats column ")
 	w("sums the server's `INFO commandstats` deltas of the commands the contender sends itself (a cross-check); ")
 	w("calls inside scripts cost server time but no round trip; server time is the commandstats `usec` of the top-level commands ")
@@ -246,7 +246,7 @@ func (r *report) writeContended(w func(string, ...any)) {
 	w("- **stall probe, max late**: during each run one more goroutine sleeps %s at a time; this is the most any of its wake-ups came late, a measure of the machine's and the Go runtime's scheduling stalls in that run;\n", fmtDur(probeSleep))
 	w("- **re-acquired by releaser**: share of acquisitions made by the goroutine that had released last (starvation indicator; fair is about 1/G);\n")
 	w("- **busiest / fair**: acquisitions of the busiest goroutine divided by total/G;\n")
-	w("- **round trips/acq, server time/acq**: everything the contender's client sent during the run (including failed polls and queue entries) per successful acquisition, and the Redis CPU time of it (commandstats `usec`).\n\n")
+	w("- **round trips/acq, server time/acq**: everything the contender's client sent through its command hooks during the run (including failed polls and queue entries; not pub/sub subscriptions, see Method) per successful acquisition, and the Redis time of it (commandstats `usec`).\n\n")
 	for _, hold := range r.plan.holds {
 		w("### Hold %s\n\n", fmtDur(hold))
 		w("| G | contender | acquisitions/s | x floor | hand-off gap p50 (n) | wait p99 | max wait | stall probe, max late | re-acquired by releaser | busiest / fair | round trips/acq | server time/acq | errors |\n")
@@ -345,7 +345,7 @@ func (r *report) writeRenewal(w func(string, ...any)) {
 	w("The window opens a lease and half a renewal period after the last lock was acquired, once every lock's renewal cycle has run a few times and the load of the acquisitions is gone; ")
 	w("it lasts a whole number of renewal periods, so both of its ends fall at the same point of the cycle, half a period away from the ticks of the last locks acquired, and find about the same refreshes in flight (requests are counted as they complete). ")
 	w("lockguard renews through its watchdog; the others run one refresh loop per lock ")
-	w("that calls `Refresh` / `Extend` (naive: GET, compare, PEXPIRE) every lease/3. ")
+	w("that calls `Refresh` / `Extend` (naive: GET, compare, PEXPIRE) every lease/3 (the libraries' READMEs show the call, not a period: lease/3 is the watchdog's own, so both renew as often). ")
 	w("One refresh per lock per period is %d refreshes; for the libraries that refresh with one script call that is %d requests and %d round trips. ", rn.locks, rn.locks, rn.locks)
 	w("**refreshes/period** counts the loops' `Refresh` calls that started in the window (one per tick of a loop's ticker: fewer than due means dropped ticks) and that completed in it, ")
 	w("and **Refresh p50 / p99** times the completed ones.\n\n")
@@ -422,12 +422,13 @@ func (r *report) writeMethod(w func(string, ...any)) {
 	w("## Method\n\n")
 	w("- One `redis-server` (started by `internal/redistest`, no persistence, loopback) serves every scenario; the benchmark stops it at the end.\n")
 	w("- Within each scenario the contenders run one after another in an order that rotates from round to round or configuration to configuration, so background load hits all of them alike; ")
-	w("the uncontended, many-keys and renewal scenarios run every contender in several rounds and report the median with the range. ")
+	w("the uncontended, many-keys and renewal scenarios run every contender in several rounds and report the median with the range; ")
+	w("the contended scenario runs each contender once per configuration (goroutines, hold), the order rotating from one configuration to the next, so each of its comparisons rests on one run per contender. ")
 	w("Each contender gets a fresh Redis client and its own keys per run, and is warmed up before timing: scripts loaded, and, in the contended and many-keys scenarios, ")
 	w("as many goroutines as the run uses Acquire and Release keys of their own together (%d times), so the pool has dialled its connections.\n", warmUpRounds)
 	w("- Latencies are wall-clock times around the library calls, in the same process; percentiles are exact nearest-rank values over all samples.\n")
 	w("- Round trips are counted by a go-redis hook (`ProcessHook` calls plus `ProcessPipelineHook` calls) when each call returns, so a call still waiting for a pooled connection when a window closes is not counted in it; requests count each command of a pipeline. ")
-	w("Pub/sub messages to lockguard's waiters arrive on their subscription connection and are not round trips. ")
+	w("Pub/sub messages to lockguard's waiters arrive on their subscription connection and are not round trips; the SUBSCRIBE and UNSUBSCRIBE that go-redis sends on that connection bypass its hooks and are not counted (well under 0.01 per acquisition: a waiter's Client subscribes once per key it waits on). ")
 	w("`INFO commandstats` deltas, read by a separate client, cross-check the hook; Redis counts commands run inside scripts there as well, so only the commands a contender sends itself are summed, and script-internal calls are shown apart.\n")
 	w("- The contended critical section busy-spins (it keeps a CPU, like real work). On a %d-core machine the client goroutines, the Redis server and the measuring code share the CPUs, which caps every contender alike.\n", r.machine.cores)
 	w("- The run's Redis round trip is the p50 of a PING reference (one PING per operation on a client like the contenders') measured in the rotation of the uncontended rounds, ")

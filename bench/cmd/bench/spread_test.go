@@ -93,7 +93,7 @@ func TestCPUNote(t *testing.T) {
 		gap  float64
 		want []string
 	}{
-		{withCPU(90*us, 110*us), 40, []string{"Redis 90.0 µs against 60.0 µs for the pair (+30.0 µs)", "this process 110.0 µs against 100.0 µs (+10.0 µs)", "+40 µs of CPU in all, against the median gap of 40 µs", "the gap is CPU work, most of it in Redis"}},
+		{withCPU(90*us, 110*us), 40, []string{"Redis 90.0 µs against 60.0 µs for the pair (+30.0 µs)", "this process 110.0 µs against 100.0 µs (+10.0 µs)", "+40 µs of CPU in all, against the median gap of 40 µs", "consistent with CPU work on the operation's path, most of it in Redis"}},
 		{withCPU(70*us, 130*us), 40, []string{"+40 µs of CPU in all", "most of it in this process"}},
 		{withCPU(90*us, 150*us), 40, []string{"+80 µs of CPU in all", "more than the gap"}},
 		{withCPU(70*us, 100*us), 40, []string{"+10 µs of CPU in all", "the rest of the gap is time neither process spent on the CPU"}},

@@ -199,7 +199,7 @@ func cpuNote(lg, floor *uncontendedResult, gap float64) string {
 		if lp-fp > ls-fs {
 			where = "in this process"
 		}
-		return s + ". The client and Redis work on an operation in turn, so the gap is CPU work, most of it " + where + ", rather than idle waiting. "
+		return s + ". The client and Redis work on an operation in turn, and the extra CPU time matches the gap: consistent with CPU work on the operation's path, most of it " + where + ", rather than idle waiting (a match, not a proof: both processes' CPU time also counts work off that path). "
 	case extra > 1.25*gap:
 		return s + ": more than the gap, so some of it ran on the other core while the operation waited for something else. "
 	}
@@ -328,9 +328,9 @@ func (r *report) contendedLoss(hold time.Duration) string {
 	if lgRT/n >= peerRT/n+0.05 {
 		line += " (the first waiter on a key looks twice: join the line, then again once subscribed)"
 	}
-	line += fmt.Sprintf(", and %.0f µs of Redis CPU against %.0f", lgUs/n, peerUs/n)
+	line += fmt.Sprintf(", and %.0f µs of Redis time (commandstats `usec`) against %.0f", lgUs/n, peerUs/n)
 	if lgUs > peerUs {
-		line += fmt.Sprintf(" (the scripts that keep the line); over the run Redis spent %s of one core on lockguard's commands, %s on the peer's", pct(lgCore/n), pct(peerCore/n))
+		line += fmt.Sprintf(" (the scripts that keep the line); over the run Redis spent %s of one core running lockguard's commands, %s running the peer's", pct(lgCore/n), pct(peerCore/n))
 	}
 	return line + "."
 }
