@@ -82,8 +82,10 @@ func TestTinyWaitOnBusyLockIsBusy(t *testing.T) {
 			took := time.Since(start)
 			cancel()
 			var locked *asynqlock.ErrLocked
-			if !errors.As(err, &locked) || took > time.Second {
-				t.Fatalf("WithWait(%v) on a busy lock, try %d: err %v after %v; want *ErrLocked at once, not a wait to the task's deadline", wait, i, err, took)
+			// A wait to the task's deadline would end with the context's error, not *ErrLocked:
+			// the error tells the two apart without a bound on the time taken.
+			if !errors.As(err, &locked) {
+				t.Fatalf("WithWait(%v) on a busy lock, try %d: err %v after %v; want *ErrLocked, not a wait to the task's deadline", wait, i, err, took)
 			}
 		}
 	}

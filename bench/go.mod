@@ -10,6 +10,7 @@ require (
 	github.com/go-redsync/redsync/v4 v4.15.0
 	github.com/lockguard/lockguard v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
+	go.uber.org/goleak v1.3.0
 	gonum.org/v1/plot v0.17.0
 )
 

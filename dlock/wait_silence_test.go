@@ -133,8 +133,8 @@ func TestNoProbeDuringClose(t *testing.T) {
 	took := time.Since(start)
 	<-closed
 	t.Logf("Acquire returned after %v: %v", took, err)
-	if took > time.Second {
-		t.Fatalf("Acquire with a 300ms deadline returned after %v (Close ran meanwhile); the probe should add at most 100ms", took)
+	if took > 2*time.Second { // a probe would wait for the client's ReadTimeout (3 s)
+		t.Fatalf("Acquire with a 300ms deadline returned after %v (Close ran meanwhile): it sent a probe", took)
 	}
 }
 

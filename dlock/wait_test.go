@@ -15,10 +15,12 @@ import (
 	"github.com/lockguard/lockguard/internal/redistest"
 )
 
-// The waiter is woken by the release message, not by its fallback retry (set to 5 s here).
+// The waiter is woken by the release message, not by its fallback retry: that is set to an
+// hour here, so a waiter the message missed would still be waiting when the test's context
+// ends, and fail.
 func TestWaiterWokenByRelease(t *testing.T) {
-	_, rdb, c := setup(t, dlock.WithRetryInterval(5*time.Second))
-	waiter := newClient(t, rdb, dlock.WithRetryInterval(5*time.Second))
+	_, rdb, c := setup(t, dlock.WithRetryInterval(time.Hour))
+	waiter := newClient(t, rdb, dlock.WithRetryInterval(time.Hour))
 	ctx := testContext(t, 20*time.Second)
 	key := uniqueKey(t)
 	var worst time.Duration
@@ -50,10 +52,7 @@ func TestWaiterWokenByRelease(t *testing.T) {
 		}
 		worst = max(worst, at.Sub(released))
 	}
-	t.Logf("worst release-to-waiter latency: %v (fallback retry 5s)", worst)
-	if worst > time.Second {
-		t.Fatalf("waiter took %v after the release: woken by polling, not by the message", worst)
-	}
+	t.Logf("worst release-to-waiter latency: %v (fallback retry 1h)", worst)
 }
 
 // A waiter that comes back to a key it waited for a moment ago finds the channel still
@@ -120,8 +119,9 @@ func waitQueued(t *testing.T, rdb *redis.Client, ctx context.Context, key string
 	}
 }
 
+// A wait ends when its context does, not at its next look (an hour apart here).
 func TestWaitCancelled(t *testing.T) {
-	_, rdb, c := setup(t)
+	_, rdb, c := setup(t, dlock.WithRetryInterval(time.Hour))
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
 	lk, err := c.Acquire(ctx, key)
@@ -149,7 +149,7 @@ func TestWaitCancelled(t *testing.T) {
 			if !errors.Is(err, dlock.ErrNotObtained) || !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want ErrNotObtained and %v", err, tc.want)
 			}
-			if took > time.Second {
+			if took > 5*time.Second { // a hang guard: the next look is an hour away
 				t.Fatalf("wait ended %v after start, context ended at 200ms", took)
 			}
 		})
@@ -291,7 +291,7 @@ func TestRedisDown(t *testing.T) {
 func TestHungRedisRespectsContext(t *testing.T) {
 	srv, _, c := setup(t)
 	ctx := testContext(t, 10*time.Second)
-	if err := srv.Pause(ctx, 2*time.Second); err != nil {
+	if err := srv.Pause(ctx, 6*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -302,7 +302,7 @@ func TestHungRedisRespectsContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
-	if took := time.Since(start); took > time.Second {
+	if took := time.Since(start); took > 4*time.Second { // Redis answers again at 6 s
 		t.Fatalf("Acquire returned after %v with a 300ms context", took)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/lockguard/lockguard/internal/redistest"
+	"go.uber.org/goleak"
 )
 
 // TestMain lets the test binary stand in for the benchmark binary as the load generator,
@@ -22,7 +23,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == loadgenArg {
 		os.Exit(loadgenMain(os.Args[2:]))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // The Gin scenario serves every route through the load generator process without errors,
