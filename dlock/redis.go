@@ -174,6 +174,15 @@ func (b *redisBackend) callThroughMigration(ctx context.Context, fn func(context
 	}
 }
 
+// callFor is callThroughMigration for a call that may wait (Acquire), call otherwise
+// (TryAcquire).
+func (b *redisBackend) callFor(wait bool) func(context.Context, func(context.Context) error) error {
+	if wait {
+		return b.callThroughMigration
+	}
+	return b.call
+}
+
 // migrating reports whether err is a refusal that a slot migration gives while it lasts:
 // TRYAGAIN, or a MOVED or ASK redirection left over when go-redis's own redirections ran
 // out (the nodes disagree about the slot until every one has been told where it went). The

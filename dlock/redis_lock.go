@@ -24,11 +24,7 @@ func (b *redisBackend) acquireArgs(r acquireRequest) []any {
 func (b *redisBackend) acquire(ctx context.Context, r acquireRequest) (acquireResult, error) {
 	n := b.names(r.key, r.names)
 	var reply any
-	call := b.call
-	if r.wait {
-		call = b.callThroughMigration
-	}
-	err := call(ctx, func(ctx context.Context) (err error) {
+	err := b.callFor(r.wait)(ctx, func(ctx context.Context) (err error) {
 		if b.replicas > 0 {
 			reply, err = b.runAcked(ctx, scriptAcquire, n.keys, b.acquireArgs(r))
 			return err
@@ -110,11 +106,7 @@ func (b *redisBackend) reenter(ctx context.Context, r reentryRequest) (int, []by
 		skip = 1
 	}
 	var reply any
-	call := b.call
-	if r.wait {
-		call = b.callThroughMigration
-	}
-	err := call(ctx, func(ctx context.Context) (err error) {
+	err := b.callFor(r.wait)(ctx, func(ctx context.Context) (err error) {
 		reply, err = scriptReenter.run(ctx, b.rdb, []string{keys[0], keys[3]}, r.owner, r.entry, skip).Result()
 		return err
 	})
