@@ -20,7 +20,9 @@
 // else (From). Parts are required unless Optional; Named sets the name errors report.
 // A part's text is compared byte for byte ("042" and "42" are two values); Integer reads a
 // value the handler parses as a number in canonical form, so those two give one key.
-// The body is read at most once per Key call, however many parts use it.
+// The body is read at most once per Key call, however many parts use it. A part no request
+// can carry panics when it is built: an empty name, a Header name that is not a token, a
+// Const that Integer cannot read.
 //
 // # Key grammar
 //

@@ -145,16 +145,14 @@ func (p Part) String() string { return p.name }
 
 // Param is the path parameter name (KindParam). Cap: DefaultMaxLen.
 func Param(name string) Part {
-	mustName("Param", name)
-	p := valuePart(KindParam, name, DefaultMaxLen)
+	p := valuePart("Param", KindParam, name, DefaultMaxLen)
 	p.param = name
 	return p
 }
 
 // Query is the first value of query parameter name (KindQuery). Cap: DefaultMaxLen.
 func Query(name string) Part {
-	mustName("Query", name)
-	return valuePart(KindQuery, name, DefaultMaxLen)
+	return valuePart("Query", KindQuery, name, DefaultMaxLen)
 }
 
 // Header is the first value of header name (KindHeader), as sent. Cap: DefaultMaxHeaderLen.
@@ -162,19 +160,17 @@ func Query(name string) Part {
 // takes the value as sent, without sf-string decoding or validation. A name that is not a
 // header field name (RFC 9110: a token, such as "X-Account") panics: no request carries it.
 func Header(name string) Part {
-	mustName("Header", name)
 	if strings.IndexFunc(name, notTokenChar) >= 0 {
 		panic(fmt.Sprintf("keyfunc: Header(%q): not a header field name (RFC 9110 token)", name))
 	}
-	p := valuePart(KindHeader, name, DefaultMaxHeaderLen)
+	p := valuePart("Header", KindHeader, name, DefaultMaxHeaderLen)
 	p.idem = strings.EqualFold(name, IdempotencyKeyHeader)
 	return p
 }
 
 // Meta is adapter metadata such as MetaRoute or MetaTaskType (KindMeta). Cap: DefaultMaxLen.
 func Meta(name string) Part {
-	mustName("Meta", name)
-	return valuePart(KindMeta, name, DefaultMaxLen)
+	return valuePart("Meta", KindMeta, name, DefaultMaxLen)
 }
 
 // mustName panics when a part constructor is given an empty name: the part would be absent
@@ -194,7 +190,9 @@ func notTokenChar(r rune) bool {
 	return !strings.ContainsRune("!#$%&'*+-.^_`|~", r)
 }
 
-func valuePart(kind Kind, name string, defMax int) Part {
+// valuePart is a part of the value name of kind, built by constructor (named in its panic).
+func valuePart(constructor string, kind Kind, name string, defMax int) Part {
+	mustName(constructor, name)
 	return newPart(name, defMax, func(e *eval) (string, bool, error) {
 		v, ok := e.src.Value(kind, name)
 		return v, ok, nil
