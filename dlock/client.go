@@ -215,8 +215,9 @@ func (c *Client) Acquire(ctx context.Context, key string, opts ...AcquireOption)
 }
 
 // TryAcquire takes the lock for key if it is free and nobody is queued for it, and never waits.
-// A busy lock gives ErrNotObtained; other errors are those of Acquire. Re-entry works as with
-// Acquire.
+// A busy lock gives ErrNotObtained; other errors are those of Acquire, and ErrUnavailable for
+// a lock answered only after its lease had run out on this client's clock (Redis stalled
+// past it): it is freed again, where Acquire looks again. Re-entry works as with Acquire.
 func (c *Client) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lock, error) {
 	mustContext(ctx, "TryAcquire")
 	return c.acquire(ctx, key, false, opts)
