@@ -36,8 +36,9 @@
 // # Guarantees
 //
 //   - The handler runs only while the lock is held; with replay, it runs at most once per
-//     key and retention, except after a response that is not stored (5xx and the transient
-//     408, 409, 425, 429 and 499 by default, a body over WithMaxReplayBody, a panic before the
+//     key and retention, except after a response that is not stored (by default 5xx, the
+//     transient 408, 409, 425, 429 and 499, and 206, 304 and 416, which answer the
+//     request's own validators and Range; a body over WithMaxReplayBody, a panic before the
 //     response started or one after a body without Content-Length, a lost lock, an answer
 //     forwarded with engine.HandleContext, which writes around the middleware), whose
 //     retry runs it again. What is stored is what the

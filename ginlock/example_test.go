@@ -49,7 +49,7 @@ func ExampleNew_account() {
 	accounts := r.Group("/accounts/:id", lockAccount)
 	accounts.POST("/withdraw", func(c *gin.Context) {
 		lk, _ := ginlock.FromContext(c)
-		_ = lk.Token() // e.g. UPDATE accounts SET balance = balance - ?, fence = ? WHERE id = ? AND fence < ?
+		_ = lk.Token() // e.g. UPDATE accounts SET balance = balance - ?, fence = ? WHERE id = ? AND fence <= ?
 		c.Status(http.StatusNoContent)
 	})
 	_ = r.Run(":8080")
