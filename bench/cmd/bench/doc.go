@@ -13,8 +13,8 @@
 // over 10,000 keys; renewal cost of 10,000 held locks; and the Gin middleware under an HTTP
 // load generator that runs in a child process (this binary, re-executed with the loadgen
 // argument). Contenders run in rotating order within each scenario, so machine noise hits all
-// of them alike; the uncontended, many-keys and renewal scenarios run several rounds and report
-// the median with the range.
+// of them alike; the uncontended, contended (the configurations of its tables), many-keys and
+// renewal scenarios run several rounds and report the median with the range.
 //
 // The report states the machine, its load, the Redis version and the run's round trip (a PING
 // reference measured in the rotation of the uncontended rounds, in the same rhythm as the lock

@@ -22,55 +22,57 @@ type plan struct {
 
 	uncRounds, uncOps int // uncontended: rounds of ops per contender
 
-	contendedDur   time.Duration // one run of the contended table (8 and 32 goroutines)
-	curveDur       time.Duration // one extra point of the throughput curve
-	goroutines     []int         // table points
-	curve          []int         // all points of the curve (100 us hold)
-	holds          []time.Duration
-	manyKeysDur    time.Duration // total per contender, split over manyKeysRounds
-	manyKeysRounds int
-	manyKeys       int
-	manyWorkers    int
-	renewLocks     int
-	renewLease     time.Duration
-	renewPeriods   int // lease periods the locks are held, per round
-	renewRounds    int
-	ginDur         time.Duration // per route and load, split over ginRounds
-	ginRounds      int
-	ginMaxReqs     int
-	ginLowConns    int
-	ginHighConns   int
-	pingsPerCheck  int
+	contendedDur    time.Duration // one run of a configuration of the contended tables
+	contendedRounds int           // runs of each configuration of the contended tables
+	curveDur        time.Duration // the one run of an extra point of the throughput curve
+	goroutines      []int         // table points
+	curve           []int         // all points of the curve (100 us hold)
+	holds           []time.Duration
+	manyKeysDur     time.Duration // total per contender, split over manyKeysRounds
+	manyKeysRounds  int
+	manyKeys        int
+	manyWorkers     int
+	renewLocks      int
+	renewLease      time.Duration
+	renewPeriods    int // lease periods the locks are held, per round
+	renewRounds     int
+	ginDur          time.Duration // per route and load, split over ginRounds
+	ginRounds       int
+	ginMaxReqs      int
+	ginLowConns     int
+	ginHighConns    int
+	pingsPerCheck   int
 }
 
 func newPlan(quick bool) plan {
 	p := plan{
-		quick:          quick,
-		uncRounds:      20,
-		uncOps:         500,
-		contendedDur:   3 * time.Second,
-		curveDur:       1500 * time.Millisecond,
-		goroutines:     []int{8, 32},
-		curve:          []int{1, 2, 4, 8, 16, 32},
-		holds:          []time.Duration{100 * time.Microsecond, 0},
-		manyKeysDur:    3 * time.Second,
-		manyKeysRounds: 3,
-		manyKeys:       10000,
-		manyWorkers:    64,
-		renewLocks:     10000,
-		renewLease:     1500 * time.Millisecond,
-		renewPeriods:   3,
-		renewRounds:    3,
-		ginDur:         4 * time.Second,
-		ginRounds:      8,
-		ginMaxReqs:     200000,
-		ginLowConns:    1,
-		ginHighConns:   16,
-		pingsPerCheck:  300,
+		quick:           quick,
+		uncRounds:       20,
+		uncOps:          500,
+		contendedDur:    1500 * time.Millisecond,
+		contendedRounds: 3,
+		curveDur:        1500 * time.Millisecond,
+		goroutines:      []int{8, 32},
+		curve:           []int{1, 2, 4, 8, 16, 32},
+		holds:           []time.Duration{100 * time.Microsecond, 0},
+		manyKeysDur:     3 * time.Second,
+		manyKeysRounds:  3,
+		manyKeys:        10000,
+		manyWorkers:     64,
+		renewLocks:      10000,
+		renewLease:      1500 * time.Millisecond,
+		renewPeriods:    3,
+		renewRounds:     3,
+		ginDur:          4 * time.Second,
+		ginRounds:       8,
+		ginMaxReqs:      200000,
+		ginLowConns:     1,
+		ginHighConns:    16,
+		pingsPerCheck:   300,
 	}
 	if quick {
 		p.uncRounds, p.uncOps = 6, 150
-		p.contendedDur, p.curveDur = time.Second, 500*time.Millisecond
+		p.contendedDur, p.curveDur = 500*time.Millisecond, 500*time.Millisecond
 		p.manyKeysDur = time.Second
 		p.renewLocks = 2000
 		p.ginDur, p.ginRounds = time.Second, 2

@@ -23,11 +23,12 @@ func (r *report) plots(dir string) error {
 }
 
 // waitPlot draws, per contender, the share of acquisitions that waited x or longer (8
-// goroutines, first hold) on log-log axes, so that the tail of rare long waits stays visible.
+// goroutines, first hold, all rounds pooled) on log-log axes, so that the tail of rare long
+// waits stays visible; the legend gives the longest wait of any round.
 func (r *report) waitPlot(path string) error {
 	p := plot.New()
 	hold := r.plan.holds[0]
-	p.Title.Text = fmt.Sprintf("Wait per acquisition, 8 goroutines on one key, hold %s", fmtDur(hold))
+	p.Title.Text = fmt.Sprintf("Wait per acquisition, 8 goroutines on one key, hold %s, %d rounds pooled", fmtDur(hold), r.plan.contendedRounds)
 	p.X.Label.Text = "x = wait from Acquire call to lock held (ms, log scale)"
 	p.Y.Label.Text = "share of waits of x or longer"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,7 +136,7 @@ func (r *report) markdown() []byte {
 	}
 	if loadHigh(m.loadStart, m.cores) || loadHigh(m.loadEnd, m.cores) {
 		w("The machine was shared with other work during this run (1-minute load average above its %d cores at some point); ", m.cores)
-		w("the contenders ran in rotating order, so the load hit them alike over each scenario (in the contended one, over its configurations: one run each), but absolute numbers are lower and noisier than on an idle machine.\n\n")
+		w("the contenders ran in rotating order, so the load hit them alike over each scenario (in the contended one, over its rounds and configurations), but absolute numbers are lower and noisier than on an idle machine.\n\n")
 	}
 
 	w("## Targets\n\n")
@@ -224,32 +225,65 @@ func (r *report) fastestGap() (time.Duration, *contendedResult) {
 	return best, at
 }
 
+// curveOnly lists the goroutine counts of the throughput curve that are not in the tables.
+func (r *report) curveOnly() []string {
+	var out []string
+	for _, g := range r.plan.curve {
+		if !slices.Contains(r.plan.goroutines, g) {
+			out = append(out, fmt.Sprint(g))
+		}
+	}
+	return out
+}
+
+// tableGs lists the goroutine counts of the contended tables, as "8 and 32".
+func (r *report) tableGs() string {
+	var gs []string
+	for _, g := range r.plan.goroutines {
+		gs = append(gs, fmt.Sprint(g))
+	}
+	if len(gs) < 2 {
+		return strings.Join(gs, "")
+	}
+	return strings.Join(gs[:len(gs)-1], ", ") + " and " + gs[len(gs)-1]
+}
+
 func (r *report) writeContended(w func(string, ...any)) {
 	w("## 2. Contended: one key, G goroutines\n\n")
-	w("G goroutines loop on one key: Acquire, busy-spin for the hold time, Release, for %s per run ", fmtDur(r.plan.contendedDur))
-	w("(the extra points of the throughput curve: %s). Before each run, G goroutines Acquire and Release keys of their own together, %d times, ", fmtDur(r.plan.curveDur), warmUpRounds)
-	w("so that the client's pool holds the connections G callers use (%s). ", r.poolNote())
+	w("G goroutines loop on one key: Acquire, busy-spin for the hold time, Release. ")
+	w("Every configuration of the tables (G = %s, at each hold) runs each contender in %d rounds of %s, ", r.tableGs(), r.plan.contendedRounds, fmtDur(r.plan.contendedDur))
+	w("a round running every configuration once, so that a configuration's rounds are spread over the scenario; the order of the contenders rotates from configuration to configuration and from round to round, ")
+	w("so machine noise hits them alike. The other points of the throughput curve (G = %s, hold %s) run once, %s each. ", strings.Join(r.curveOnly(), ", "), fmtDur(r.plan.holds[0]), fmtDur(r.plan.curveDur))
+	w("Every run is on a fresh client, warmed up in two steps before it is timed: G goroutines Acquire and Release keys of their own together, %d times, ", warmUpRounds)
+	w("so that the client's pool holds the connections G callers use (%s); ", r.poolNote())
+	w("then %d of them (all G when G is smaller), starting together, Acquire and Release one shared warm-up key %d times each, so that the contended path has run too: ", contendedWarmUpWorkers, contendedWarmUps)
+	w("lockguard's waiters are woken through a pub/sub connection that its Client dials the first time one of them waits, and without this step the first wait of the timed run would pay that dial; ")
+	w("the peers' waiters poll over the pooled connections, already dialled. The step is the same for every contender; ")
+	w("it is capped at %d goroutines because a polling peer gives the key to about one waiter per poll interval, so with all G it would take seconds per run (at G=1 there is no contention, in the warm-up as in the timed run).\n\n", contendedWarmUpWorkers)
 	w("The floor is `1 / (hold + 1.5 x PING p50)`, with the PING p50 measured interleaved with the uncontended operations (section 1: %s): ", fmtDur(r.rtt()))
 	w("a perfect lock hands over in half a round trip (the release reaching Redis) plus one (the next holder hearing of it). ")
 	if gap, at := r.fastestGap(); at != nil {
 		if f := r.rtts(gap); f > 1.5 {
-			w("Under load a Redis round trip takes longer than that PING: the fastest hand-off gap p50 below among runs with at least %d hand-offs (%s, %s, G=%d, hold %s) is %.1f PING round trips where the model counts 1.5. ",
+			w("Under load a Redis round trip takes longer than that PING: the fastest hand-off gap p50 below among configurations with at least %d hand-offs (%s, %s, G=%d, hold %s) is %.1f PING round trips where the model counts 1.5. ",
 				minGaps, fmtDur(gap), at.name, at.goroutines, fmtDur(at.hold), f)
 		} else {
-			w("The fastest hand-off gap p50 below among runs with at least %d hand-offs (%s, %s, G=%d, hold %s) is %.1f PING round trips, within the model's 1.5. ",
+			w("The fastest hand-off gap p50 below among configurations with at least %d hand-offs (%s, %s, G=%d, hold %s) is %.1f PING round trips, within the model's 1.5. ",
 				minGaps, fmtDur(gap), at.name, at.goroutines, fmtDur(at.hold), f)
 		}
 	}
 	w("The floor is an idealised bound: it counts no CPU time for the client or the server, and the PING it uses was measured with one goroutine, not under the load of G.\n\n")
-	w("- **hand-off gap p50 (n)**: from the start of a Release to the return of the next Acquire *by a different goroutine*; n is the number of such hand-offs the p50 is taken from: where the releaser mostly takes the lock straight back, they are a small share of the acquisitions;\n")
-	w("- **wait p99 / max wait**: Acquire call to return; max wait also counts waits still unfinished when the run ended;\n")
-	w("- **stall probe, max late**: during each run one more goroutine sleeps %s at a time; this is the most any of its wake-ups came late, a measure of the machine's and the Go runtime's scheduling stalls in that run;\n", fmtDur(probeSleep))
-	w("- **re-acquired by releaser**: share of acquisitions made by the goroutine that had released last (starvation indicator; fair is about 1/G);\n")
-	w("- **busiest / fair**: acquisitions of the busiest goroutine divided by total/G;\n")
-	w("- **round trips/acq, server time/acq**: everything the contender's client sent through its command hooks during the run (including failed polls and queue entries; not pub/sub subscriptions, see Method) per successful acquisition, and the Redis time of it (commandstats `usec`).\n\n")
+	w("In the tables, each row is one contender's %d rounds of a configuration:\n\n", r.plan.contendedRounds)
+	w("- **acquisitions/s**: the median of the rounds' acquisitions/s, with their range; **x floor** divides that median by the floor;\n")
+	w("- **hand-off gap p50 (n)**: from the start of a Release to the return of the next Acquire *by a different goroutine*, over the hand-offs of all rounds pooled; n is the number of such hand-offs the p50 is taken from: where the releaser mostly takes the lock straight back, they are a small share of the acquisitions;\n")
+	w("- **wait p99**: Acquire call to return, over the acquisitions of all rounds pooled; **max wait**: the longest wait of any round, counting waits still unfinished when their round ended;\n")
+	w("- **stall probe, max late**: during each run one more goroutine sleeps %s at a time; this is the most any of its wake-ups came late in any round, a measure of the machine's and the Go runtime's scheduling stalls;\n", fmtDur(probeSleep))
+	w("- **re-acquired by releaser**: share of acquisitions made by the goroutine that had released last, over all rounds pooled (starvation indicator; fair is about 1/G);\n")
+	w("- **busiest / fair**: acquisitions of a round's busiest goroutine divided by the round's total/G; the median of the rounds, with their range (each round has goroutines of its own, so their counts are not added up across rounds);\n")
+	w("- **round trips/acq, server time/acq**: everything the contender's client sent through its command hooks during the timed runs (including failed polls and queue entries; not pub/sub subscriptions, see Method) per successful acquisition, and the Redis time of it (commandstats `usec`), over all rounds; **errors** are summed over the rounds.\n\n")
+	w("The targets on G=8, hold %s are judged on these figures: throughput on the medians, max wait and busiest / fair on the worst round.\n\n", fmtDur(r.plan.holds[0]))
 	for _, hold := range r.plan.holds {
 		w("### Hold %s\n\n", fmtDur(hold))
-		w("| G | contender | acquisitions/s | x floor | hand-off gap p50 (n) | wait p99 | max wait | stall probe, max late | re-acquired by releaser | busiest / fair | round trips/acq | server time/acq | errors |\n")
+		w("| G | contender | acquisitions/s, median (range) | x floor | hand-off gap p50 (n) | wait p99 | max wait | stall probe, max late | re-acquired by releaser | busiest / fair, median (range) | round trips/acq | server time/acq | errors |\n")
 		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, g := range r.plan.goroutines {
 			for _, name := range contenders.Names {
@@ -269,42 +303,44 @@ func (r *report) writeContended(w func(string, ...any)) {
 				if c.gaps.Len() > 0 {
 					gap = fmt.Sprintf("%s (n %d)", fmtDur(c.gaps.Quantile(0.5)), c.gaps.Len())
 				}
-				w("| %d | %s | %.0f | %.2fx | %s | %s | %s | %s | %s | %.2fx | %.1f | %.0f µs | %s |\n", g, name, c.rate(), c.rate()/r.contendedFloor(hold),
+				w("| %d | %s | %s | %.2fx | %s | %s | %s | %s | %s | %s | %.1f | %.0f µs | %s |\n", g, name, c.rateSpread().count(0), c.rate()/r.contendedFloor(hold),
 					gap, fmtDur(c.waits.Quantile(0.99)), fmtDur(c.maxWait()), fmtDur(c.late.Max()), pct(c.reacquiredShare()),
-					c.maxFairShare(), rtAcq, float64(c.serverUsec)/float64(max(c.acquisitions, 1)), errs)
+					c.fairSpread().ratio(), rtAcq, float64(c.serverUsec)/float64(max(c.acquisitions, 1)), errs)
 			}
 		}
 		w("\nFloor at this hold: %.0f acquisitions/s.\n\n", r.contendedFloor(hold))
 	}
 	w("![Wait-time distribution, 8 goroutines, 100 µs hold](img/wait_cdf.png)\n\n")
-	w("The wait plot shows completed acquisitions only: a goroutine that never got the lock before the run ended has no point on it, ")
+	w("The wait plot pools the waits of all %d rounds of each contender, and shows completed acquisitions only: a goroutine that never got the lock before its round ended has no point on it, ", r.plan.contendedRounds)
 	w("but its unfinished wait counts in the max wait of the legend and the tables.\n\n")
 	w("![Throughput against goroutines, 100 µs hold](img/throughput.png)\n\n")
+	w("The throughput plot shows, at G = %s, the medians of the tables, and at the other points their one run.\n\n", r.tableGs())
 }
 
-// poolNote describes the pool connections after warm-up, by G: the range over contenders.
+// poolNote describes the pool connections after warm-up, by G: the range over contenders and
+// rounds.
 func (r *report) poolNote() string {
 	var parts []string
 	for _, g := range r.plan.curve {
-		lo, hi := -1, 0
+		var conns []float64
 		for _, c := range r.contended {
 			if c.goroutines == g {
-				if lo < 0 || c.poolConns < lo {
-					lo = c.poolConns
+				for _, n := range c.poolConns() {
+					conns = append(conns, float64(n))
 				}
-				hi = max(hi, c.poolConns)
 			}
 		}
-		if lo < 0 {
+		sp := spreadOf(conns)
+		switch {
+		case sp.n == 0:
 			continue
-		}
-		if lo == hi {
-			parts = append(parts, fmt.Sprintf("G=%d: %d", g, lo))
-		} else {
-			parts = append(parts, fmt.Sprintf("G=%d: %d–%d", g, lo, hi))
+		case sp.lo == sp.hi:
+			parts = append(parts, fmt.Sprintf("G=%d: %.0f", g, sp.lo))
+		default:
+			parts = append(parts, fmt.Sprintf("G=%d: %.0f–%.0f", g, sp.lo, sp.hi))
 		}
 	}
-	return "connections after warm-up, over all contenders, " + strings.Join(parts, ", ")
+	return "connections after warm-up, over all contenders and rounds, " + strings.Join(parts, ", ")
 }
 
 func (r *report) writeManyKeys(w func(string, ...any)) {
@@ -422,10 +458,15 @@ func (r *report) writeMethod(w func(string, ...any)) {
 	w("## Method\n\n")
 	w("- One `redis-server` (started by `internal/redistest`, no persistence, loopback) serves every scenario; the benchmark stops it at the end.\n")
 	w("- Within each scenario the contenders run one after another in an order that rotates from round to round or configuration to configuration, so background load hits all of them alike; ")
-	w("the uncontended, many-keys and renewal scenarios run every contender in several rounds and report the median with the range; ")
-	w("the contended scenario runs each contender once per configuration (goroutines, hold), the order rotating from one configuration to the next, so each of its comparisons rests on one run per contender. ")
+	w("the uncontended, contended, many-keys and renewal scenarios run every contender in several rounds and report the median with the range. ")
+	w("In the contended scenario that holds for the configurations (goroutines, hold) of its tables: %d rounds of %s per contender, each round running every configuration once, the order rotating from configuration to configuration and from round to round; ",
+		r.plan.contendedRounds, fmtDur(r.plan.contendedDur))
+	w("acquisitions/s is the median of the rounds with the range, busiest / fair the median with the range, max wait the worst round, and the other figures pool all rounds. ")
+	w("The other points of its throughput curve run once per contender (%s). ", fmtDur(r.plan.curveDur))
 	w("Each contender gets a fresh Redis client and its own keys per run, and is warmed up before timing: scripts loaded, and, in the contended and many-keys scenarios, ")
-	w("as many goroutines as the run uses Acquire and Release keys of their own together (%d times), so the pool has dialled its connections.\n", warmUpRounds)
+	w("as many goroutines as the run uses Acquire and Release keys of their own together (%d times), so the pool has dialled its connections; ", warmUpRounds)
+	w("in the contended scenario %d of those goroutines (all of them when fewer) then Acquire and Release one shared warm-up key together (%d times each), so that the contended path has run as well: ", contendedWarmUpWorkers, contendedWarmUps)
+	w("lockguard's Client dials the pub/sub connection that wakes its waiters the first time one of them waits, and the peers poll over the pooled connections.\n")
 	w("- Latencies are wall-clock times around the library calls, in the same process; percentiles are exact nearest-rank values over all samples.\n")
 	w("- Round trips are counted by a go-redis hook (`ProcessHook` calls plus `ProcessPipelineHook` calls) when each call returns, so a call still waiting for a pooled connection when a window closes is not counted in it; requests count each command of a pipeline. ")
 	w("Pub/sub messages to lockguard's waiters arrive on their subscription connection and are not round trips; the SUBSCRIBE and UNSUBSCRIBE that go-redis sends on that connection bypass its hooks and are not counted (well under 0.01 per acquisition: a waiter's Client subscribes once per key it waits on). ")
