@@ -59,22 +59,31 @@ func TestFailedInnerReleaseStillFreesKey(t *testing.T) {
 	other := New(rdb)
 	defer other.Close()
 	// Every hold the caller has was released: the key must be free, at the latest when the
-	// lease taken before the release would have run out.
-	deadline := time.Now().Add(lease + 200*time.Millisecond)
+	// lease taken before the release runs out. Nothing renews it after the release: its PTTL
+	// in Redis never goes up, which only a renewal makes it do; so it ends within that lease
+	// on Redis's clock, and the wall-clock wait below, several leases, is only a backstop.
+	lockKey := "lockguard:{" + key + "}:lock"
+	last := rdb.PTTL(ctx, lockKey).Val()
+	deadline := time.Now().Add(5 * lease)
 	for {
 		lk, err := other.TryAcquire(ctx, key)
 		if err == nil {
 			_ = lk.Release(ctx)
 			return
 		}
+		o, _ := rdb.HGet(ctx, lockKey, "o").Result()
+		h, _ := rdb.HGet(ctx, lockKey, "h").Result()
+		pttl, _ := rdb.PTTL(ctx, lockKey).Result()
+		if pttl > last {
+			t.Fatalf("every hold released (outer Release returned nil), yet the lock is renewed in "+
+				"Redis (PTTL %v, then %v): owner ours=%v h=%s, Done closed=%v Err=%v; other client: %v",
+				last, pttl, o == outer.l.owner, h, isClosed(outer.Done()), outer.Err(), err)
+		}
+		last = pttl
 		if time.Now().After(deadline) {
-			lockKey := "lockguard:{" + key + "}:lock"
-			o, _ := rdb.HGet(ctx, lockKey, "o").Result()
-			h, _ := rdb.HGet(ctx, lockKey, "h").Result()
-			pttl, _ := rdb.PTTL(ctx, lockKey).Result()
 			t.Fatalf("every hold released (outer Release returned nil), yet %v later the key is "+
 				"still locked: owner ours=%v h=%s pttl=%v, Done closed=%v Err=%v; other client: %v",
-				lease+200*time.Millisecond, o == outer.l.owner, h, pttl, isClosed(outer.Done()), outer.Err(), err)
+				5*lease, o == outer.l.owner, h, pttl, isClosed(outer.Done()), outer.Err(), err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

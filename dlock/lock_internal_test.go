@@ -200,10 +200,17 @@ func (b *failRenew) renew(ctx context.Context, rs []renewal) ([]bool, error) {
 // while the waiter is in line, just before the release that hands it the lock.
 func handedOffLock(t *testing.T, wrap func(backend) backend, before func()) (*Lock, context.Context) {
 	t.Helper()
+	return handedOffLockWith(t, 100*time.Millisecond, DefaultLease, wrap, before)
+}
+
+// handedOffLockWith is handedOffLock with a releasing Client whose retry interval is retry
+// (its claim lease three of them), and a waiting Client whose lease is lease.
+func handedOffLockWith(t *testing.T, retry, lease time.Duration, wrap func(backend) backend, before func()) (*Lock, context.Context) {
+	t.Helper()
 	srv := redistest.Start(t)
-	releaser := New(srv.Client(t), WithRetryInterval(100*time.Millisecond))
+	releaser := New(srv.Client(t), WithRetryInterval(retry))
 	t.Cleanup(func() { _ = releaser.Close() })
-	waiter := New(srv.Client(t))
+	waiter := New(srv.Client(t), WithLease(lease))
 	t.Cleanup(func() { _ = waiter.Close() })
 	if wrap != nil {
 		waiter.be = wrap(waiter.be)
@@ -241,17 +248,38 @@ func handedOffLock(t *testing.T, wrap func(backend) backend, before func()) (*Lo
 
 // A handed-off lock holds only the releaser's short claim lease until its new holder renews
 // it. One failed renewal must not lose it: the watchdog tries again within what is left of
-// the claim lease, not after a twentieth of the full lease (1.5 s of 30 s, past a 300 ms claim).
+// the claim lease, not after a twentieth of the full lease (6 s of 2 min, past a 3 s claim).
+// The claim lease is seconds long, so that a slow machine does not lose it either way.
 func TestHandedOffLockSurvivesOneFailedRenewal(t *testing.T) {
 	fr := &failRenew{}
-	lk, _ := handedOffLock(t, func(b backend) backend { fr.backend = b; return fr },
+	lk, _ := handedOffLockWith(t, time.Second, 2*time.Minute, func(b backend) backend { fr.backend = b; return fr },
 		func() { fr.n.Store(1) }) // the new holder's first renewal fails
-	time.Sleep(time.Second) // three claim leases
+	if !confirmedOrLost(lk) {
+		t.Fatalf("handed-off lock lost after one failed renewal: %v", lk.Err())
+	}
 	if err := lk.Err(); err != nil {
 		t.Fatalf("handed-off lock lost after one failed renewal: %v", err)
 	}
 	if fr.n.Load() >= 0 {
 		t.Fatal("the injected failure was not reached: no renewal happened")
+	}
+}
+
+// confirmedOrLost waits until a handed-off lease is confirmed by a renewal of the watchdog
+// (true) or ends (false).
+func confirmedOrLost(lk *Lock) bool {
+	for {
+		lk.l.mu.Lock()
+		confirm := lk.l.confirm
+		lk.l.mu.Unlock()
+		if !confirm {
+			return true
+		}
+		select {
+		case <-lk.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
 
@@ -282,8 +310,8 @@ func (b *reentryFirst) release(ctx context.Context, r releaseRequest) (releaseRe
 // the lease while its holder is alive and Redis is healthy.
 func TestReentryDuringReleaseKeepsRenewal(t *testing.T) {
 	rf := &reentryFirst{reentered: make(chan struct{}), open: make(chan struct{})}
-	c, _, ctx := testClient(t, 600*time.Millisecond, // renewed every 200 ms
-		func(b backend) backend { rf.backend = b; return rf })
+	const lease = 1500 * time.Millisecond // renewed every 500 ms
+	c, _, ctx := testClient(t, lease, func(b backend) backend { rf.backend = b; return rf })
 	outer, err := c.Acquire(ctx, t.Name())
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +335,24 @@ func TestReentryDuringReleaseKeepsRenewal(t *testing.T) {
 		t.Fatalf("re-entry: %v", r.err)
 	}
 	defer func() { _ = r.lk.Release(ctx) }()
-	time.Sleep(1500 * time.Millisecond) // 2.5 leases
+	// Renewed: its deadline moves on, twice (a lease not watched would end at the first).
+	deadline := func() time.Time {
+		r.lk.l.mu.Lock()
+		defer r.lk.l.mu.Unlock()
+		return r.lk.l.deadline
+	}
+	for last, n := deadline(), 0; n < 2; {
+		select {
+		case <-r.lk.Done():
+			t.Fatalf("re-entrant hold lost while held, Redis healthy, after %d renewals: %v", n, r.lk.Err())
+		case <-ctx.Done():
+			t.Fatalf("re-entrant hold not renewed: %v", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+		if d := deadline(); d.After(last) {
+			last, n = d, n+1
+		}
+	}
 	if err := r.lk.Err(); err != nil {
 		t.Fatalf("re-entrant hold lost while held, Redis healthy: %v", err)
 	}

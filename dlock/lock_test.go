@@ -168,7 +168,8 @@ func TestNoGoroutinePerLock(t *testing.T) {
 // Refresh with a ttl shorter than the time to the watchdog's next renewal moves that renewal
 // up, so a watchdog-renewed lock is not lost to its own Refresh.
 func TestRefreshShortTTLMovesRenewal(t *testing.T) {
-	_, rdb, c := setup(t, dlock.WithLease(3*time.Second)) // renewed every second
+	const lease, short = 30 * time.Second, 3 * time.Second // renewed every 10 s; a 3 s Refresh
+	_, rdb, c := setup(t, dlock.WithLease(lease))
 	ctx := testContext(t, 20*time.Second)
 	key := uniqueKey(t)
 	lk, err := c.Acquire(ctx, key)
@@ -176,16 +177,27 @@ func TestRefreshShortTTLMovesRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = lk.Release(ctx) }()
-	if err := lk.Refresh(ctx, 500*time.Millisecond); err != nil {
+	if err := lk.Refresh(ctx, short); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(800 * time.Millisecond) // past the refreshed lease, before the second is up
+	// The watchdog renews the lock to the Client lease within the refreshed 3 s (a third into
+	// it), not at its old time, 10 s in: Redis sees more than the 3 s left (a renewal after
+	// the Refresh) while the lock is still held. Renewed only at 10 s, it would have ended.
+	for pttl := time.Duration(0); pttl <= short; pttl = rdb.PTTL(ctx, "lockguard:{"+key+"}:lock").Val() {
+		select {
+		case <-lk.Done():
+			t.Fatalf("lock lost after Refresh(%v): %v (the watchdog's renewal was not moved up)", short, lk.Err())
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	if lk2, err := newClient(t, rdb).TryAcquire(ctx, key); err == nil {
 		_ = lk2.Release(ctx)
-		t.Fatalf("another client took the lock 800 ms after Refresh(500ms); holder Err: %v", lk.Err())
+		t.Fatalf("another client took the lock after Refresh(%v) and a renewal; holder Err: %v", short, lk.Err())
 	}
 	if err := lk.Err(); err != nil {
-		t.Fatalf("lock lost after Refresh(500ms): %v", err)
+		t.Fatalf("lock lost after Refresh(%v): %v", short, err)
 	}
 }
 

@@ -14,8 +14,9 @@ import (
 // and counts renewals.
 type lostReenterReply struct {
 	backend
-	gate   chan struct{}
-	renews atomic.Int64
+	gate    chan struct{}
+	dropped chan error // the clean-up release of the re-entry hold, once it got through
+	renews  atomic.Int64
 }
 
 func (b *lostReenterReply) reenter(ctx context.Context, r reentryRequest) (int, []byte, error) {
@@ -26,10 +27,16 @@ func (b *lostReenterReply) reenter(ctx context.Context, r reentryRequest) (int, 
 }
 
 func (b *lostReenterReply) release(ctx context.Context, r releaseRequest) (releaseResult, error) {
-	if r.entry != "1" {
-		<-b.gate
+	if r.entry == "1" {
+		return b.backend.release(ctx, r)
 	}
-	return b.backend.release(ctx, r)
+	<-b.gate
+	res, err := b.backend.release(ctx, r)
+	select {
+	case b.dropped <- err:
+	default:
+	}
+	return res, err
 }
 
 func (b *lostReenterReply) renew(ctx context.Context, rs []renewal) ([]bool, error) {
@@ -42,7 +49,7 @@ func (b *lostReenterReply) renew(ctx context.Context, rs []renewal) ([]bool, err
 // is watched again. No hold is left locally, so the watchdog must not renew it back to back:
 // it retries later, and the clean-up ends the lease once it frees the lock.
 func TestReleasedLeaseDoesNotSpinWatchdog(t *testing.T) {
-	fb := &lostReenterReply{gate: make(chan struct{})}
+	fb := &lostReenterReply{gate: make(chan struct{}), dropped: make(chan error, 1)}
 	c, srv, ctx := testClient(t, 3*time.Second, // renewal due 1 s after the re-add
 		func(b backend) backend { fb.backend = b; return fb })
 	key := t.Name()
@@ -59,7 +66,14 @@ func TestReleasedLeaseDoesNotSpinWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(fb.gate) // dropHold now removes the re-entry hold: the lock is free in Redis
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-fb.dropped:
+		if err != nil {
+			t.Fatalf("the clean-up release of the re-entry hold: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the clean-up release of the re-entry hold never got through")
+	}
 	if owner, _ := srv.Client(t).HGet(ctx, "lockguard:{"+key+"}:lock", "o").Result(); owner != "" {
 		t.Fatalf("lock still owned by %q after both holds were removed", owner)
 	}

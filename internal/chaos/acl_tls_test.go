@@ -77,8 +77,9 @@ func TestACLCoversScripts(t *testing.T) {
 
 // exerciseLocks runs dlock's main paths on c and fails t on any error: free acquire, busy
 // TryAcquire, a queued waiter served by hand-off, renewal past the lease, re-entry, a
-// completion record seen by SkipCompleted, release. It returns the hand-off latency.
-func exerciseLocks(t *testing.T, c *dlock.Client, lease time.Duration) time.Duration {
+// completion record seen by SkipCompleted, release. It returns the hand-off latency. rdb
+// (on the same server, a user that may read the line) sees the waiter into the line.
+func exerciseLocks(t *testing.T, c *dlock.Client, rdb redis.Cmdable, lease time.Duration) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -111,6 +112,23 @@ func exerciseLocks(t *testing.T, c *dlock.Client, lease time.Duration) time.Dura
 	time.Sleep(2 * lease) // the holder is renewed past its lease while the waiter queues
 	if err := lk.Err(); err != nil {
 		t.Fatalf("lock lost while held past its lease: %v", err)
+	}
+	// The release hands the lock over only to a waiter in line: wait for it to be there.
+	for {
+		n, err := rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Result()
+		if err != nil {
+			t.Fatalf("the line: %v", err)
+		}
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-waitErr:
+			t.Fatalf("waiter: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the waiter never joined the line")
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	released := time.Now()
 	if err := lk.Release(ctx); err != nil {
@@ -156,7 +174,7 @@ func TestRedisACLUser(t *testing.T) {
 	if err := locks.Check(ctx); err != nil {
 		t.Fatalf("Check through the ACL user: %v", err)
 	}
-	handOff := exerciseLocks(t, locks, 600*time.Millisecond)
+	handOff := exerciseLocks(t, locks, admin, 600*time.Millisecond)
 
 	// ginlock: a payment, its replay, a busy duplicate, all through the limited user.
 	a := newSecApp(t, lg)
@@ -354,7 +372,7 @@ func TestRedisTLS(t *testing.T) {
 	}
 	locks := dlock.New(rdb, dlock.WithLease(600*time.Millisecond), dlock.WithRetryInterval(50*time.Millisecond))
 	defer locks.Close()
-	handOff := exerciseLocks(t, locks, 600*time.Millisecond)
+	handOff := exerciseLocks(t, locks, rdb, 600*time.Millisecond)
 
 	// The same port without TLS, or with a CA that did not sign the server's certificate.
 	plainErr := func() error {

@@ -31,7 +31,46 @@ func TestMain(m *testing.M) {
 const (
 	lease = time.Second
 	retry = 100 * time.Millisecond
+	// live is how long a queued waiter keeps its place after its last look, and claim the
+	// lease of a lock handed to a waiter until it renews it: dlock sets both to three retry
+	// intervals (see the acquire and release scripts).
+	live  = 3 * retry
+	claim = 3 * retry
+	// resumeBound is how long after a healed fault work must have resumed: several leases,
+	// well beyond what recovery takes (a lease run out on the holders' clocks, a look every
+	// retry interval, a reconnect), so that a slow machine does not fail it; work stuck for
+	// good does.
+	resumeBound = 5 * lease
 )
+
+// runPastHeal lets the workers of a run go on until resumeBound and one lease more have
+// passed since heal, then ends the run (cancel): the run covers the recovery however long the
+// fault itself took, and work that resumes within resumeBound is recorded.
+func runPastHeal(heal time.Time, cancel context.CancelFunc) {
+	time.Sleep(time.Until(heal.Add(resumeBound + lease)))
+	cancel()
+}
+
+// waitWork waits until the run has acknowledged n sections, so that a fault hits work in
+// progress (holders and queued waiters), not a run still starting up.
+func (b *bank) waitWork(ctx context.Context, n int) {
+	b.t.Helper()
+	for {
+		acked := 0
+		for _, s := range b.rec.Sections() {
+			if s.Acked {
+				acked++
+			}
+		}
+		if acked >= n {
+			return
+		}
+		if ctx.Err() != nil {
+			b.t.Fatalf("only %d sections acknowledged before the fault, want %d", acked, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // bank is one workload: a lock server to break, a store server that stays up.
 type bank struct {
@@ -127,9 +166,16 @@ type workerProc struct {
 
 func (b *bank) startProcess(name string, think, dur time.Duration) *workerProc {
 	b.t.Helper()
+	return b.startProcessWait(name, think, dur, 2*time.Second)
+}
+
+// startProcessWait is startProcess with wait as the bound of each Acquire of the worker.
+func (b *bank) startProcessWait(name string, think, dur, wait time.Duration) *workerProc {
+	b.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "CHAOS_WORKER="+name, "CHAOS_LOCK="+b.lockSrv.Addr(), "CHAOS_RES="+b.resSrv.Addr(),
-		"CHAOS_STORE="+b.t.Name(), "CHAOS_KEY="+b.key, "CHAOS_THINK="+think.String(), "CHAOS_DUR="+dur.String())
+		"CHAOS_STORE="+b.t.Name(), "CHAOS_KEY="+b.key, "CHAOS_THINK="+think.String(), "CHAOS_DUR="+dur.String(),
+		"CHAOS_WAIT="+wait.String())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.t.Fatal(err)
@@ -166,10 +212,15 @@ func (b *bank) startProcess(name string, think, dur time.Duration) *workerProc {
 }
 
 // workerProcess is the body of a worker process: the bank workload for CHAOS_DUR, sections on
-// stdout as JSON lines, "HOLD <token>" on stderr when a section starts.
+// stdout as JSON lines, "HOLD <token>" on stderr when a section starts; CHAOS_WAIT bounds each
+// Acquire (2 s when unset).
 func workerProcess() int {
 	think, _ := time.ParseDuration(os.Getenv("CHAOS_THINK"))
 	dur, _ := time.ParseDuration(os.Getenv("CHAOS_DUR"))
+	wait, err := time.ParseDuration(os.Getenv("CHAOS_WAIT"))
+	if err != nil {
+		wait = 2 * time.Second
+	}
 	lockOpts := &redis.Options{Addr: os.Getenv("CHAOS_LOCK")}
 	fastFail(lockOpts)
 	lockRDB := redis.NewClient(lockOpts)
@@ -179,7 +230,7 @@ func workerProcess() int {
 	c := dlock.New(lockRDB, dlock.WithLease(lease), dlock.WithRetryInterval(retry))
 	defer c.Close()
 	w := &Worker{Name: os.Getenv("CHAOS_WORKER"), Locks: c, Store: NewStore(resRDB, os.Getenv("CHAOS_STORE")),
-		Key: os.Getenv("CHAOS_KEY"), Think: think, Wait: 2 * time.Second, Record: NewRecorder(os.Stdout),
+		Key: os.Getenv("CHAOS_KEY"), Think: think, Wait: wait, Record: NewRecorder(os.Stdout),
 		OnHold: func(token int64) { fmt.Fprintf(os.Stderr, "HOLD %d\n", token) }}
 	ctx, cancel := context.WithTimeout(context.Background(), dur)
 	defer cancel()
