@@ -1,11 +1,15 @@
 package dlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockguard/lockguard/internal/redistest"
 )
@@ -110,7 +114,9 @@ func TestCloseEndsWaits(t *testing.T) {
 	if !waitFor(5*time.Second, func() bool { n, _ := rdb.ZCard(ctx, qkey).Result(); return n == 1 }) {
 		t.Fatal("waiter not queued")
 	}
-	time.Sleep(300 * time.Millisecond) // subscribed and waiting
+	if !waitFor(5*time.Second, func() bool { return numSub(t, rdb, "lockguard:{"+key+"}:ch") >= 1 }) {
+		t.Fatal("waiter not subscribed") // subscribed and waiting
+	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -239,42 +245,62 @@ func TestAbandonedShorteningRefreshCountsShortLease(t *testing.T) {
 
 // An acquisition in flight when Close is called returns ErrClosed and frees the lock it got
 // in Redis, rather than return a dead Lock while the key stays locked for the whole lease.
+// Its script is held on its way to Redis (in the connection's write) until Close has begun.
 func TestAcquireInFlightAtCloseFreesKey(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb := srv.Client(t)
+	key := t.Name()
+	var armed atomic.Bool
+	sending, send := make(chan struct{}), make(chan struct{})
+	n := &testNet{stall: func(p []byte) time.Duration {
+		if bytes.Contains(p, []byte("{"+key+"}")) && armed.CompareAndSwap(true, false) {
+			close(sending)
+			<-send
+		}
+		return 0
+	}}
+	rdb := srv.Client(t, func(o *redis.Options) { o.Dialer = n.dial })
 	c := New(rdb)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	key := t.Name()
 	if _, _, err := c.Completed(ctx, key); err != nil { // a connection in the pool
 		t.Fatal(err)
 	}
-	if err := srv.Pause(ctx, 700*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
+	armed.Store(true)
 	got := goAcquire(func() (*Lock, error) { return c.TryAcquire(context.Background(), key) })
-	time.Sleep(200 * time.Millisecond) // the script is on its way
-	if err := c.Close(); err != nil {
+	select {
+	case <-sending: // the script is on its way
+	case <-ctx.Done():
+		close(send)
+		t.Fatal("the TryAcquire never sent its script")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	if !waitFor(10*time.Second, c.closed.Load) {
+		close(send)
+		t.Fatal("Close did not begin")
+	}
+	close(send) // Redis runs the script, and answers, only now
+	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
 	r := <-got
 	t.Logf("TryAcquire in flight at Close: %v", r.err)
-	if r.err != nil {
-		if errors.Is(r.err, ErrClosed) {
-			return
-		}
-		t.Fatalf("TryAcquire in flight at Close: %v", r.err)
-	}
-	<-r.lk.Done() // ended by the closed watchdog
-	rerr := r.lk.Release(ctx)
-	other := New(rdb)
+	other := New(srv.Client(t))
 	defer other.Close()
-	_, oerr := other.TryAcquire(ctx, key)
-	pttl, _ := rdb.PTTL(ctx, "lockguard:{"+key+"}:lock").Result()
-	if oerr != nil {
-		t.Fatalf("TryAcquire in flight at Close returned a lock (Err %v); its Release = %v; the "+
-			"key stays locked in Redis for %v with nobody to release it (another client: %v)",
-			r.lk.Err(), rerr, pttl.Round(time.Second), oerr)
+	if r.err == nil {
+		<-r.lk.Done() // ended by the closed watchdog
+		rerr := r.lk.Release(ctx)
+		_, oerr := other.TryAcquire(ctx, key)
+		t.Fatalf("TryAcquire in flight at Close returned a lock (Err %v; its Release = %v; another client: %v), want ErrClosed",
+			r.lk.Err(), rerr, oerr)
+	}
+	if !errors.Is(r.err, ErrClosed) {
+		t.Fatalf("TryAcquire in flight at Close: %v, want ErrClosed", r.err)
+	}
+	if _, oerr := other.TryAcquire(ctx, key); oerr != nil {
+		pttl, _ := rdb.PTTL(ctx, "lockguard:{"+key+"}:lock").Result()
+		t.Fatalf("TryAcquire in flight at Close returned ErrClosed, yet the key stays locked in Redis "+
+			"for %v with nobody to release it (another client: %v)", pttl.Round(time.Second), oerr)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -28,7 +29,8 @@ type silentRig struct {
 	other *dlock.Client // on a go-redis client with the default timeouts
 	rdb   *redis.Client
 	key   string
-	dials *dialGate // c's dials
+	dials *dialGate    // c's dials
+	looks *lookCounter // c's commands sent with a context marked by markLooks
 }
 
 // Close returns within its bound when the Redis client has no read timeout (ReadTimeout -1,
@@ -54,7 +56,7 @@ func TestCloseBoundedOnSilentRedisWithoutReadTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dials := &dialGate{held: make(chan struct{}), open: make(chan struct{})}
+			dials := &dialGate{held: make(chan struct{}), open: make(chan struct{}), wrote: make(chan struct{})}
 			r, pid := newSilentRig(t, false, dials, dlock.WithLease(time.Second))
 			silent, check := tc.start(t, r)
 
@@ -99,14 +101,17 @@ func newSilentRig(t *testing.T, ctxTimeouts bool, dials *dialGate, opts ...dlock
 	t.Helper()
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
-	c := newClient(t, srv.Client(t, func(o *redis.Options) {
+	crdb := srv.Client(t, func(o *redis.Options) {
 		o.ReadTimeout, o.ContextTimeoutEnabled = -1, ctxTimeouts
 		if dials != nil {
 			o.Dialer = dials.dial
 		}
-	}), opts...)
+	})
+	looks := newLookCounter()
+	crdb.AddHook(looks)
+	c := newClient(t, crdb, opts...)
 	return silentRig{ctx: testContext(t, 2*time.Minute), c: c, other: newClient(t, rdb), rdb: rdb,
-		key: uniqueKey(t), dials: dials}, srv.PID()
+		key: uniqueKey(t), dials: dials, looks: looks}, srv.PID()
 }
 
 // stopRedis stops the redis-server process pid (SIGSTOP): it keeps its connections and
@@ -125,9 +130,10 @@ func stopRedis(t *testing.T, pid int) (resume func()) {
 	}
 }
 
-// startWaiter queues an Acquire of c behind a lock of other. Once Close returned and Redis
-// answers again, the Acquire has returned ErrClosed, and the key is free once the holder
-// released it.
+// startWaiter queues an Acquire of c behind a lock of other, and waits until it is
+// subscribed and has looked again after subscribing: it waits for the message (or its next
+// look, a retry interval away). Once Close returned and Redis answers again, the Acquire has
+// returned ErrClosed, and the key is free once the holder released it.
 func startWaiter(t *testing.T, r silentRig) (func(), func()) {
 	held, err := r.other.Acquire(r.ctx, r.key)
 	if err != nil {
@@ -135,11 +141,12 @@ func startWaiter(t *testing.T, r silentRig) (func(), func()) {
 	}
 	res := make(chan error, 1)
 	go func() {
-		_, err := r.c.Acquire(r.ctx, r.key)
+		_, err := r.c.Acquire(markLooks(r.ctx), r.key)
 		res <- err
 	}()
 	waitQueued(t, r.rdb, r.ctx, r.key)
-	time.Sleep(300 * time.Millisecond) // subscribed, waiting for the message
+	waitChannel(t, r.ctx, r.rdb, r.key, true)
+	r.looks.wait(t, r.ctx, "the waiter's look after subscribing", func(_, answered int) bool { return answered >= 2 })
 	return nil, func() { wantWaiterGone(t, r, held, res) }
 }
 
@@ -167,7 +174,11 @@ func startSubscriptionDial(t *testing.T, r silentRig) (func(), func()) {
 	}
 	return func() {
 			close(r.dials.open)
-			time.Sleep(200 * time.Millisecond) // connected, its handshake on its way
+			select {
+			case <-r.dials.wrote: // connected, its handshake on its way
+			case <-time.After(30 * time.Second):
+				t.Fatal("the held pub/sub dial never connected and wrote its handshake")
+			}
 		}, func() {
 			wantWaiterGone(t, r, held, res)
 		}
@@ -209,23 +220,31 @@ func wantFree(t *testing.T, r silentRig, when string) {
 }
 
 // startWatchedLock takes a lock the watchdog renews (lease 1 s); Redis falls silent long
-// enough for a renewal to be given up while its call is still unanswered. Once Close
-// returned, the lock's Done is closed with ErrLockLost.
+// enough for a renewal to be given up while its call is still unanswered: until the lease
+// ends on the holder's clock, which comes after the renewal due a third into it (sent by
+// then) was given up, a third of the lease later. Once Close returned, the lock's Done is
+// closed with ErrLockLost.
 func startWatchedLock(t *testing.T, r silentRig) (func(), func()) {
 	lk, err := r.c.Acquire(r.ctx, r.key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func() { time.Sleep(time.Second) }, func() {
-		select {
-		case <-lk.Done():
-		case <-time.After(time.Minute):
-			t.Fatal("lock's Done not closed after Close")
+	return func() {
+			select {
+			case <-lk.Done():
+			case <-time.After(time.Minute):
+				t.Fatal("the lease did not end with Redis silent")
+			}
+		}, func() {
+			select {
+			case <-lk.Done():
+			case <-time.After(time.Minute):
+				t.Fatal("lock's Done not closed after Close")
+			}
+			if !errors.Is(lk.Err(), dlock.ErrLockLost) {
+				t.Errorf("lock after Close: %v, want ErrLockLost", lk.Err())
+			}
 		}
-		if !errors.Is(lk.Err(), dlock.ErrLockLost) {
-			t.Errorf("lock after Close: %v, want ErrLockLost", lk.Err())
-		}
-	}
 }
 
 // startAcquisitionInFlight starts an Acquire, with a context that has no end, once Redis is
@@ -237,11 +256,12 @@ func startAcquisitionInFlight(t *testing.T, r silentRig) (func(), func()) {
 	}
 	res := make(chan error, 1)
 	return func() {
+			sent, _ := r.looks.counts()
 			go func() {
-				_, err := r.c.Acquire(context.Background(), r.key)
+				_, err := r.c.Acquire(markLooks(context.Background()), r.key)
 				res <- err
 			}()
-			time.Sleep(200 * time.Millisecond) // the look is on its way
+			r.looks.wait(t, r.ctx, "the look sent to the silent Redis", func(s, _ int) bool { return s > sent })
 		}, func() {
 			wantClosed(t, res, "acquisition in flight at Close")
 			wantFree(t, r, "after the acquisition in flight at Close returned")
@@ -268,10 +288,12 @@ type dialGate struct {
 	armed atomic.Bool
 	held  chan struct{} // closed when the armed dial arrived
 	open  chan struct{}
+	wrote chan struct{} // closed when the connection of the armed dial is first written to
 }
 
 func (g *dialGate) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if g.armed.CompareAndSwap(true, false) {
+	held := g.armed.CompareAndSwap(true, false)
+	if held {
 		close(g.held)
 		select {
 		case <-g.open:
@@ -280,7 +302,23 @@ func (g *dialGate) dial(ctx context.Context, network, addr string) (net.Conn, er
 		}
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, network, addr)
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil || !held {
+		return c, err
+	}
+	return &firstWrite{Conn: c, wrote: g.wrote}, nil
+}
+
+// firstWrite closes wrote when it is first written to.
+type firstWrite struct {
+	net.Conn
+	once  sync.Once
+	wrote chan struct{}
+}
+
+func (c *firstWrite) Write(p []byte) (int, error) {
+	c.once.Do(func() { close(c.wrote) })
+	return c.Conn.Write(p)
 }
 
 // dlockStacks returns the stacks of the goroutines that run dlock code, to show where a

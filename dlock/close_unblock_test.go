@@ -43,8 +43,11 @@ func TestCloseEndsAcquisitionsOnSilentRedisWithoutReadTimeout(t *testing.T) {
 
 			resume := stopRedis(t, pid)
 			defer resume()
+			sent, _ := r.looks.counts()
 			res := silent()
-			time.Sleep(300 * time.Millisecond) // its call is on its way, unanswered
+			// Its call is on its way, unanswered: sent after Redis stopped.
+			r.looks.wait(t, r.ctx, "the acquisition's call to the silent Redis",
+				func(s, _ int) bool { return s > sent })
 
 			closed := make(chan error, 1)
 			go func() { closed <- c.Close() }()
@@ -76,14 +79,14 @@ func TestCloseEndsAcquisitionsOnSilentRedisWithoutReadTimeout(t *testing.T) {
 // startFirstLook starts an Acquire of a free key once Redis is silent: its first look waits.
 func startFirstLook(t *testing.T, r silentRig) (func() <-chan error, func()) {
 	return func() <-chan error {
-		return acquireErr(func() error { _, err := r.c.Acquire(context.Background(), r.key); return err })
+		return acquireErr(func() error { _, err := r.c.Acquire(markLooks(context.Background()), r.key); return err })
 	}, nil
 }
 
 // startTryLook starts a TryAcquire of a free key once Redis is silent.
 func startTryLook(t *testing.T, r silentRig) (func() <-chan error, func()) {
 	return func() <-chan error {
-		return acquireErr(func() error { _, err := r.c.TryAcquire(context.Background(), r.key); return err })
+		return acquireErr(func() error { _, err := r.c.TryAcquire(markLooks(context.Background()), r.key); return err })
 	}, nil
 }
 
@@ -95,9 +98,9 @@ func startWaiterLook(t *testing.T, r silentRig) (func() <-chan error, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := acquireErr(func() error { _, err := r.c.Acquire(context.Background(), r.key); return err })
+	res := acquireErr(func() error { _, err := r.c.Acquire(markLooks(context.Background()), r.key); return err })
 	waitQueued(t, r.rdb, r.ctx, r.key)
-	time.Sleep(300 * time.Millisecond) // subscribed, looking every retry interval
+	waitChannel(t, r.ctx, r.rdb, r.key, true) // subscribed, looking every retry interval
 	return func() <-chan error { return res }, func() {
 		if err := held.Release(r.ctx); err != nil {
 			t.Fatal(err)
@@ -114,7 +117,7 @@ func startReentry(t *testing.T, r silentRig) (func() <-chan error, func()) {
 	}
 	return func() <-chan error {
 		return acquireErr(func() error {
-			_, err := r.c.Acquire(dlock.WithLock(context.Background(), lk), r.key)
+			_, err := r.c.Acquire(dlock.WithLock(markLooks(context.Background()), lk), r.key)
 			return err
 		})
 	}, nil

@@ -154,7 +154,16 @@ func TestRefreshAndWatchdogDoNotCross(t *testing.T) {
 	refreshed := make(chan error, 1)
 	go func() { refreshed <- lk.Refresh(context.WithValue(ctx, refreshMark{}, true), 2*time.Second) }()
 	<-gb.refreshIn
-	time.Sleep(600 * time.Millisecond) // the watchdog's renewal came due meanwhile
+	// The watchdog's renewal comes due (~350 ms after the Acquire) while the Refresh is in
+	// flight: it skips the lease, which it then retries later.
+	skipped := func() bool {
+		lk.l.mu.Lock()
+		defer lk.l.mu.Unlock()
+		return lk.l.retrying
+	}
+	if !waitFor(10*time.Second, skipped) {
+		t.Fatal("the watchdog never came to the lease while the Refresh was in flight")
+	}
 	renewAt := func() time.Time {
 		lk.l.mu.Lock()
 		defer lk.l.mu.Unlock()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,5 +100,101 @@ func wantDone(t testing.TB, ctx context.Context, want error, what string) {
 	}
 	if cause := context.Cause(ctx); !errors.Is(cause, want) {
 		t.Fatalf("%s: cause %v, want %v", what, cause, want)
+	}
+}
+
+// channelOf is the pub/sub channel of key's hand-off messages (default prefix).
+func channelOf(key string) string { return "lockguard:{" + key + "}:ch" }
+
+// waitChannel waits until key's channel has a subscriber in Redis (subscribed), or none
+// (!subscribed). It fails the test when ctx ends first.
+func waitChannel(t testing.TB, ctx context.Context, rdb *redis.Client, key string, subscribed bool) {
+	t.Helper()
+	ch := channelOf(key)
+	for {
+		m, err := rdb.PubSubNumSub(ctx, ch).Result()
+		if err == nil && (m[ch] > 0) == subscribed {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("channel %s: %d subscribers (%v), want subscribed %v", ch, m[ch], err, subscribed)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// lookMark marks the context of an acquisition whose calls a lookCounter counts.
+type lookMark struct{}
+
+// markLooks returns ctx marked for lookCounter.
+func markLooks(ctx context.Context) context.Context { return context.WithValue(ctx, lookMark{}, true) }
+
+// lookCounter is a go-redis hook (redis.Client.AddHook) that counts the commands sent with a
+// context marked by markLooks (an acquisition's looks at the lock, a re-entry): sent (on
+// their way to Redis, or about to be) and answered. A script call answered NOSCRIPT, which
+// the Client sends again in full, counts once.
+type lookCounter struct {
+	mu             sync.Mutex
+	sent, answered int
+	changed        chan struct{} // closed, and replaced, at every change
+}
+
+func newLookCounter() *lookCounter { return &lookCounter{changed: make(chan struct{})} }
+
+func (h *lookCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *lookCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(lookMark{}) == nil {
+			return next(ctx, cmd)
+		}
+		h.add(1, 0)
+		err := next(ctx, cmd)
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			h.add(-1, 0)
+		} else {
+			h.add(0, 1)
+		}
+		return err
+	}
+}
+
+func (h *lookCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *lookCounter) add(sent, answered int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sent += sent
+	h.answered += answered
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// counts returns the marked commands sent and answered so far.
+func (h *lookCounter) counts() (sent, answered int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sent, h.answered
+}
+
+// wait waits until cond holds for the counts of marked commands sent and answered. It fails
+// the test, saying what was awaited, when ctx ends first.
+func (h *lookCounter) wait(t testing.TB, ctx context.Context, what string, cond func(sent, answered int) bool) {
+	t.Helper()
+	for {
+		h.mu.Lock()
+		sent, answered, changed := h.sent, h.answered, h.changed
+		h.mu.Unlock()
+		if cond(sent, answered) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("%s: not reached (%d marked commands sent, %d answered)", what, sent, answered)
+		}
 	}
 }

@@ -111,10 +111,10 @@ func TestPausedWaiterIgnoresStaleHandOff(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd, out := startHelper(t, waiterEnv+"=1", "DLOCK_TEST_ADDR="+srv.Addr(), "DLOCK_TEST_KEY="+key)
-		for n := int64(0); n == 0; n, _ = rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Result() {
-			time.Sleep(5 * time.Millisecond) // until the waiter is in line
-		}
-		time.Sleep(250 * time.Millisecond) // and listening
+		qkey := "lockguard:{" + key + "}:q"
+		waitLine(t, ctx, rdb, qkey, 1) // the waiter is in line
+		// and subscribed: the hand-off notice reaches its connection while it is stopped.
+		waitChannel(t, ctx, rdb, key, true)
 		_ = cmd.Process.Signal(syscall.SIGSTOP)
 		// The signal stops every thread of the waiter soon, not at once; on a loaded machine
 		// a thread could still take the hand-off up before it stops. Wait until all are.
@@ -126,8 +126,12 @@ func TestPausedWaiterIgnoresStaleHandOff(t *testing.T) {
 		if err != nil { // after the waiter's claim lease ran out
 			t.Fatal(err)
 		}
+		// The hand-off took the waiter out of line, and next left it when it got the lock.
+		waitLine(t, ctx, rdb, qkey, 0)
 		_ = cmd.Process.Signal(syscall.SIGCONT)
-		time.Sleep(400 * time.Millisecond) // the waiter sees its stale notice meanwhile
+		// The waiter sees its stale notice (and looks, or fails to confirm the hand-off, and
+		// waits as a new waiter): it is back in line.
+		waitLine(t, ctx, rdb, qkey, 1)
 		freed := time.Now()
 		if err := next.Release(ctx); err != nil {
 			t.Fatalf("round %d: the next holder lost the lock: %v", round, err)

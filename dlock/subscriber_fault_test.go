@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,6 +123,7 @@ type ctlDialer struct {
 	subConns  []*ctlConn
 	written   strings.Builder
 	gate      chan struct{} // non-nil: dials wait until it is closed (or their context ends)
+	looks     *lookCounter  // the marked commands of the client that dials through it
 }
 
 // holdDials makes new dials wait until openDials.
@@ -205,12 +207,15 @@ func (d *ctlDialer) breakSubConns() {
 func ctlSetup(t *testing.T) (d *ctlDialer, rdbA, rdbB *redis.Client) {
 	t.Helper()
 	srv := redistest.Start(t)
-	d = &ctlDialer{}
-	return d, srv.Client(t), srv.Client(t, func(o *redis.Options) { o.Dialer = d.dial })
+	d = &ctlDialer{looks: newLookCounter()}
+	rdbB = srv.Client(t, func(o *redis.Options) { o.Dialer = d.dial })
+	rdbB.AddHook(d.looks)
+	return d, srv.Client(t), rdbB
 }
 
 // holdAndWait makes a hold the lock for key and starts a waiter on w with 10 s to get it,
-// which releases it at once; the waiter's error comes on the channel.
+// which releases it at once; the waiter's error comes on the channel. The waiter's context
+// is marked (markLooks): a lookCounter on w's client counts its looks.
 func holdAndWait(t *testing.T, a, w *dlock.Client, key string) (*dlock.Lock, <-chan error) {
 	t.Helper()
 	ctx := context.Background()
@@ -220,7 +225,7 @@ func holdAndWait(t *testing.T, a, w *dlock.Client, key string) (*dlock.Lock, <-c
 	}
 	got := make(chan error, 1)
 	go func() {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		wctx, cancel := context.WithTimeout(markLooks(ctx), 10*time.Second)
 		defer cancel()
 		lk, err := w.Acquire(wctx, key)
 		if err == nil {
@@ -231,19 +236,25 @@ func holdAndWait(t *testing.T, a, w *dlock.Client, key string) (*dlock.Lock, <-c
 	return h, got
 }
 
-// handOff makes a hold the lock for key, starts a waiter on w with 10 s to get it, releases
-// after 200 ms and returns the waiter's error. With the retry interval of the test (30 s),
+// handOff makes a hold the lock for key, starts a waiter on w (whose client d dials) with
+// 10 s to get it, releases once the waiter has looked twice (in line, then once more after
+// subscribing, or after giving up waiting for the confirmation: it waits for the message)
+// and returns the waiter's error, once key's channel is unsubscribed again (after its
+// linger): the next wait on key subscribes anew. With the retry interval of the test (30 s),
 // only the release message can hand the lock over in time: a waiter whose subscription is
 // never taken for ready does not act on the message before its next look.
-func handOff(t *testing.T, a, w *dlock.Client, key string) error {
+func handOff(t *testing.T, d *ctlDialer, rdb *redis.Client, a, w *dlock.Client, key string) error {
 	t.Helper()
+	ctx := testContext(t, time.Minute)
+	waitChannel(t, ctx, rdb, key, false) // a wait subscribes key anew
+	_, before := d.looks.counts()
 	h, got := holdAndWait(t, a, w, key)
-	time.Sleep(200 * time.Millisecond)
+	d.looks.wait(t, ctx, "the waiter's second look", func(_, answered int) bool { return answered >= before+2 })
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	err := <-got
-	time.Sleep(1500 * time.Millisecond) // past the channel's linger
+	waitChannel(t, ctx, rdb, key, false) // past the channel's linger
 	return err
 }
 
@@ -257,9 +268,8 @@ func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
 	ctx := context.Background()
 	const retry = 30 * time.Second
 	a, b := pinnedPair(t, rdbA, rdbB, retry)
-	time.Sleep(300 * time.Millisecond)
 
-	if err := handOff(t, a, b, "x"); err != nil {
+	if err := handOff(t, d, rdbA, a, b, "x"); err != nil {
 		t.Fatalf("before: hand-off: %v", err)
 	}
 
@@ -287,16 +297,31 @@ func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
 		t.Fatal(msg)
 	}
 	d.blackhole.Store(false)
+	old := pubsubClientIDs(t, rdbA)
 	d.breakSubConns()
 	_ = h.Release(ctx)
-	time.Sleep(time.Second) // re-dialled, pin subscribed again
+	// Re-dialled, pin subscribed again: on a pub/sub connection other than the broken one.
+	if msg := pollUntil(10*time.Second, func() string {
+		ids := pubsubClientIDs(t, rdbA)
+		for _, id := range strings.Split(ids, ",") {
+			if id == "" || slices.Contains(strings.Split(old, ","), id) {
+				return fmt.Sprintf("pub/sub connections %q, the broken ones %q: not re-dialled", ids, old)
+			}
+		}
+		if len(channelsMatching(t, rdbA, "*pin*")) == 0 {
+			return "pin not subscribed again"
+		}
+		return ""
+	}); msg != "" {
+		t.Fatal(msg)
+	}
 
 	for i := range 3 {
-		if err := handOff(t, a, b, "x"); err != nil {
+		if err := handOff(t, d, rdbA, a, b, "x"); err != nil {
 			t.Errorf("hand-off %d of x after the reset: %v (retry interval %v): the subscription is never taken for ready", i, err, retry)
 		}
 	}
-	if err := handOff(t, a, b, "y"); err != nil {
+	if err := handOff(t, d, rdbA, a, b, "y"); err != nil {
 		t.Errorf("control key y: %v", err)
 	}
 }
@@ -314,7 +339,9 @@ func TestWaiterLooksWhenSubscribedAgain(t *testing.T) {
 	if msg := pollUntil(5*time.Second, channelCount(t, rdbA, 1)); msg != "" {
 		t.Fatal(msg)
 	}
-	time.Sleep(300 * time.Millisecond) // the waiter looked once more after subscribing
+	// The waiter looked once more after subscribing.
+	d.looks.wait(t, testContext(t, time.Minute), "the waiter's look after subscribing",
+		func(_, answered int) bool { return answered >= 2 })
 
 	d.holdDials()
 	d.breakSubConns()
@@ -355,8 +382,7 @@ func handOffWhileDown(t *testing.T, d *ctlDialer, rdb *redis.Client, h *dlock.Lo
 func TestWaiterLooksWhenSubscriptionConfirmedLate(t *testing.T) {
 	d, rdbA, rdbB := ctlSetup(t)
 	const retry = 30 * time.Second
-	a, b := pinnedPair(t, rdbA, rdbB, retry)
-	time.Sleep(300 * time.Millisecond) // b waits for pin: its pub/sub connection is up
+	a, b := pinnedPair(t, rdbA, rdbB, retry) // b's pub/sub connection is up
 
 	d.blackhole.Store(true) // b's pub/sub writes stop reaching Redis
 	h, got := holdAndWait(t, a, b, "x")
@@ -368,7 +394,9 @@ func TestWaiterLooksWhenSubscriptionConfirmedLate(t *testing.T) {
 	}); msg != "" {
 		t.Fatal(msg)
 	}
-	time.Sleep(500 * time.Millisecond) // the waiter looked without its subscription, and waits
+	// The waiter looked without its subscription (after its confirm wait), and waits.
+	d.looks.wait(t, testContext(t, time.Minute), "the waiter's look after its confirm wait",
+		func(_, answered int) bool { return answered >= 2 })
 	d.holdDials()
 	d.breakSubConns()
 	d.blackhole.Store(false)
@@ -385,22 +413,8 @@ func TestWaiterLooksWhenSubscriptionConfirmedLate(t *testing.T) {
 func TestLateConfirmationKeepsConnection(t *testing.T) {
 	d, rdbA, rdbB := ctlSetup(t)
 	ctx := context.Background()
-	a, b := pinnedPair(t, rdbA, rdbB, 30*time.Second)
-	time.Sleep(300 * time.Millisecond) // b waits for pin: its pub/sub connection is up
-	pubsubClients := func() string {
-		s, err := rdbA.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, f := range strings.Fields(s) {
-			if strings.HasPrefix(f, "id=") {
-				ids = append(ids, f)
-			}
-		}
-		return strings.Join(ids, ",")
-	}
-	before := pubsubClients()
+	a, b := pinnedPair(t, rdbA, rdbB, 30*time.Second) // b's pub/sub connection is up
+	before := pubsubClientIDs(t, rdbA)
 	h, err := a.Acquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -444,16 +458,33 @@ func TestLateConfirmationKeepsConnection(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	d.holdReads.Store(false)
-	time.Sleep(1500 * time.Millisecond)
-	if after := pubsubClients(); after != before {
-		t.Errorf("pub/sub connections %s before, %s after: the healthy connection was dropped", before, after)
-	}
+	// The second waiter gets the lock from the release's message, which Redis sends after
+	// the answers held back: the subscriber has read them all by then.
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
 		t.Errorf("second waiter: %v", err)
 	}
+	if after := pubsubClientIDs(t, rdbA); after != before {
+		t.Errorf("pub/sub connections %s before, %s after: the healthy connection was dropped", before, after)
+	}
+}
+
+// pubsubClientIDs returns the ids of Redis's pub/sub connections, comma-separated.
+func pubsubClientIDs(t *testing.T, rdb *redis.Client) string {
+	t.Helper()
+	s, err := rdb.Do(context.Background(), "CLIENT", "LIST", "TYPE", "pubsub").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, f := range strings.Fields(s) {
+		if id, ok := strings.CutPrefix(f, "id="); ok {
+			ids = append(ids, id)
+		}
+	}
+	return strings.Join(ids, ",")
 }
 
 // channelsMatching returns the channels Redis has subscribers for, matching pattern.
@@ -500,8 +531,8 @@ func pollUntil(timeout time.Duration, cond func() string) string {
 }
 
 // pinnedPair makes two Clients, a on rdbA and b on rdbB, and has b wait throughout the test
-// for a lock a holds ("pin"), so b's pub/sub connection stays in use. All of it ends when
-// the test does.
+// for a lock a holds ("pin"), so b's pub/sub connection stays in use. It returns once pin is
+// subscribed: b's pub/sub connection is up. All of it ends when the test does.
 func pinnedPair(t *testing.T, rdbA, rdbB *redis.Client, retry time.Duration) (a, b *dlock.Client) {
 	t.Helper()
 	a = newClient(t, rdbA, dlock.WithRetryInterval(retry))
@@ -518,5 +549,6 @@ func pinnedPair(t *testing.T, rdbA, rdbB *redis.Client, retry time.Duration) (a,
 		<-pinDone
 		_ = pin.Release(context.Background())
 	})
+	waitChannel(t, testContext(t, time.Minute), rdbA, "pin", true)
 	return a, b
 }

@@ -29,7 +29,10 @@ func TestLostSubscriptionLooksBeforeSubscribing(t *testing.T) {
 	if !waitFor(10*time.Second, func() bool { return rig.spy.count("answered") == 2 }) {
 		t.Fatalf("the waiter did not look twice: %v", rig.spy.log())
 	}
-	time.Sleep(200 * time.Millisecond) // no look in flight when the subscription is lost
+	// No look in flight when the subscription is lost: the wait is in its select.
+	if !waitFor(10*time.Second, func() bool { return rig.spy.count("idle") >= 1 }) {
+		t.Fatalf("the waiter did not come to wait after its second look: %v", rig.spy.log())
+	}
 	rig.spy.note("lost")
 	rig.dials.failOne()
 	if !waitFor(10*time.Second, func() bool { _, ok := rig.spy.after("lost", "listen"); return ok }) {
@@ -158,7 +161,8 @@ func (r *lostRig) handOff(got <-chan lockResult) {
 }
 
 // waitSpy notes, in order, the answered looks at the lock ("answered"), the subscriptions
-// ("listen"), the waits for a confirmation sat out ("unconfirmed") and the test's marks.
+// ("listen"), the waits for a confirmation sat out ("unconfirmed"), the wait loop coming to
+// wait for a message ("idle") and the test's marks.
 type waitSpy struct {
 	backend
 	mu     sync.Mutex
@@ -237,10 +241,16 @@ func (s *waitSpy) listen(ctx context.Context, key, owner string) (listener, erro
 	return spyListener{listener: l, s: s}, nil
 }
 
-// spyListener notes the confirm waits sat out.
+// spyListener notes the confirm waits sat out, and the wait loop coming to its select (which
+// takes C, the last call before it blocks).
 type spyListener struct {
 	listener
 	s *waitSpy
+}
+
+func (l spyListener) C() <-chan notice {
+	l.s.note("idle")
+	return l.listener.C()
 }
 
 func (l spyListener) Unconfirmed() {

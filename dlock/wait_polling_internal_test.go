@@ -2,6 +2,8 @@ package dlock
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +34,8 @@ func TestWaitWithoutSubscriptionPolls(t *testing.T) {
 	n.refuseDials()
 	c := New(rdb, WithRetryInterval(100*time.Millisecond))
 	defer func() { _ = c.Close() }()
+	spy := &pollSpy{backend: c.be}
+	c.be = spy
 	got := make(chan error, 1)
 	go func() {
 		lk, err := c.Acquire(ctx, "poll")
@@ -40,15 +44,10 @@ func TestWaitWithoutSubscriptionPolls(t *testing.T) {
 		}
 		got <- err
 	}()
-	// The waiter is in line (its listen has failed by then or fails soon after).
-	admin := srv.Client(t)
-	for {
-		if n, err := admin.ZCard(ctx, "lockguard:{poll}:q").Result(); err != nil || n == 1 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	// The waiter is in line, its listen has failed, and it has looked since: it polls.
+	if !waitFor(10*time.Second, func() bool { return spy.polls.Load() >= 1 }) {
+		t.Fatalf("the waiter never looked after a failed listen (a listen failed: %v)", spy.listenFailed())
 	}
-	time.Sleep(300 * time.Millisecond)
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -60,4 +59,50 @@ func TestWaitWithoutSubscriptionPolls(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the waiter never got the freed lock")
 	}
+}
+
+// pollSpy counts the failed listens (an error, or a listener lost), and the looks answered
+// after one.
+type pollSpy struct {
+	backend
+	mu     sync.Mutex
+	failed int
+	lost   []listener // the listeners returned, lost once Gone is closed
+	polls  atomic.Int64
+}
+
+func (s *pollSpy) listen(ctx context.Context, key, owner string) (listener, error) {
+	l, err := s.backend.listen(ctx, key, owner)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.failed++
+	} else {
+		s.lost = append(s.lost, l)
+	}
+	return l, err
+}
+
+// listenFailed reports whether a listen has failed.
+func (s *pollSpy) listenFailed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed > 0 {
+		return true
+	}
+	for _, l := range s.lost {
+		if isClosed(l.Gone()) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *pollSpy) acquire(ctx context.Context, r acquireRequest) (acquireResult, error) {
+	failed := s.listenFailed() // before the look: it came after the failure
+	res, err := s.backend.acquire(ctx, r)
+	if err == nil && failed {
+		s.polls.Add(1)
+	}
+	return res, err
 }

@@ -150,11 +150,16 @@ func TestStoreSilentBetweenLooksIsUnavailable(t *testing.T) {
 		fault func(context.Context, *redistest.Server) error
 	}{
 		{"answering", nil},
-		{"paused", func(ctx context.Context, s *redistest.Server) error { return s.Pause(ctx, 3*time.Second) }},
+		{"paused", func(ctx context.Context, s *redistest.Server) error { return s.Pause(ctx, 4*time.Second) }},
 		{"killed", func(_ context.Context, s *redistest.Server) error { return s.Kill() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, rdb, c := setup(t)
+			srv, rdb, _ := setup(t)
+			looks := newLookCounter()
+			crdb := srv.Client(t)
+			crdb.AddHook(looks)
+			// Its looks: the first, the one once subscribed; the next is an hour away.
+			c := newClient(t, crdb, dlock.WithRetryInterval(time.Hour))
 			ctx := testContext(t, 20*time.Second)
 			key := uniqueKey(t)
 			held, err := newClient(t, rdb).Acquire(ctx, key)
@@ -163,21 +168,33 @@ func TestStoreSilentBetweenLooksIsUnavailable(t *testing.T) {
 			}
 			defer func() { _ = held.Release(context.Background()) }()
 
-			faulted := make(chan error, 1)
-			go func() {
-				time.Sleep(300 * time.Millisecond) // the waiter is in line, between looks
-				if tc.fault == nil {
-					faulted <- nil
-					return
-				}
-				faulted <- tc.fault(ctx, srv)
-			}()
-			wctx, cancel := context.WithTimeout(ctx, 800*time.Millisecond) // under the 1 s retry interval
-			lk, err := c.Acquire(wctx, key)
-			cancel()
-			if ferr := <-faulted; ferr != nil {
-				t.Fatal(ferr)
+			// The wait's context ends 3 s after it began, while Redis is faulted (paused for
+			// 4 s from a moment after the wait began).
+			wctx, cancel := context.WithTimeout(markLooks(ctx), 3*time.Second)
+			defer cancel()
+			type result struct {
+				lk  *dlock.Lock
+				err error
 			}
+			res := make(chan result, 1)
+			go func() {
+				lk, err := c.Acquire(wctx, key)
+				res <- result{lk, err}
+			}()
+			// The waiter is in line, between looks: subscribed, and looked once more since.
+			waitQueued(t, rdb, ctx, key)
+			waitChannel(t, ctx, rdb, key, true)
+			looks.wait(t, ctx, "the waiter's look after subscribing", func(_, answered int) bool { return answered >= 2 })
+			if wctx.Err() != nil {
+				t.Fatal("the wait ran out before it was between looks")
+			}
+			if tc.fault != nil {
+				if err := tc.fault(ctx, srv); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := <-res
+			lk, err := r.lk, r.err
 			if err == nil {
 				_ = lk.Release(ctx)
 				t.Fatal("obtained a held lock")

@@ -41,7 +41,8 @@ func TestWaiterWokenByRelease(t *testing.T) {
 			_ = l2.Release(ctx)
 			got <- at
 		}()
-		time.Sleep(50 * time.Millisecond) // let it queue
+		waitQueued(t, rdb, ctx, key)        // in line when the lock is released
+		waitChannel(t, ctx, rdb, key, true) // and subscribed: the release's message reaches it
 		released := time.Now()
 		if err := lk.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -350,7 +351,7 @@ func TestHandOffLearnedByLooking(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := acquireAsync(t, deaf, ctx, key)
-	time.Sleep(300 * time.Millisecond)
+	waitQueued(t, srv.Client(t), ctx, key) // the release hands it the lock
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -387,7 +388,7 @@ func TestHandOffLeaseFromReleaser(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := acquireAsync(t, waiter, ctx, key)
-	time.Sleep(200 * time.Millisecond) // the waiter is in line
+	waitQueued(t, rdb, ctx, key) // the release hands it the lock, with the releaser's claim
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
