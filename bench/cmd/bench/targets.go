@@ -353,12 +353,21 @@ func (r *report) maxWaitLoss() string {
 	if c == nil || c.maxWait() < maxWaitGoal {
 		return ""
 	}
-	return fmt.Sprintf("**Contended max wait, %d goroutines, hold %s.** lockguard's longest wait in %d rounds was %s (p99 %s, rounds pooled). Its line is first in, first out: "+
+	line := fmt.Sprintf("**Contended max wait, %d goroutines, hold %s.** lockguard's longest wait in %d rounds was %s (p99 %s, rounds pooled). Its line is first in, first out: "+
 		"a wait spans the %d holds and hand-offs ahead of it, %s at the median hand-off gap (%s), so a stall of any holder or hand-off delays every waiter behind it. "+
-		"In the same runs, a goroutine that slept %s at a time woke up to %s late (p99 %s): the machine's scheduling stalls, which no lock in the process avoids. "+
-		"The peers' longest waits are longer (section 2): their releaser takes the lock straight back.",
+		"In the same runs, a goroutine that slept %s at a time woke up to %s late (p99 %s): the machine's scheduling stalls, which no lock in the process avoids.",
 		c.goroutines, fmtDur(r.plan.holds[0]), len(c.runs), fmtDur(c.maxWait()), fmtDur(c.waits.Quantile(0.99)), c.goroutines-1, fmtDur(c.nominalWait()), fmtDur(c.gaps.Quantile(0.5)),
 		fmtDur(probeSleep), fmtDur(c.late.Max()), fmtDur(c.late.Quantile(0.99)))
+	var peerMin time.Duration
+	for _, name := range contenders.Names[1:] {
+		if p := r.findContended(name, c.goroutines, c.hold); p != nil && (peerMin == 0 || p.maxWait() < peerMin) {
+			peerMin = p.maxWait()
+		}
+	}
+	if peerMin > c.maxWait() {
+		line += fmt.Sprintf(" Every peer's longest wait was longer (%s or more, section 2).", fmtDur(peerMin))
+	}
+	return line
 }
 
 // writeLosses lists, from the numbers, where lockguard does worse than a peer.
