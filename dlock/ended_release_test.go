@@ -75,7 +75,7 @@ func TestRefreshWithEndedContextKeepsTheLease(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // past the 100 ms a shortened lease would have kept
 	for i, lk := range locks {
 		if err := lk.Err(); err != nil {
-			t.Errorf("lock %d: %v after a Refresh that sent nothing (Redis PTTL %v)", i, err, rdb.PTTL(ctx, "lockguard:{"+lk.Key()+"}:lock").Val())
+			t.Errorf("lock %d: %v after a Refresh that sent nothing (Redis PTTL %v)", i, err, rdb.PTTL(ctx, redisName(lk.Key(), "lock")).Val())
 		}
 		_ = lk.Release(ctx)
 	}

@@ -113,7 +113,7 @@ func TestTokensAboveLastWhenClockBehind(t *testing.T) {
 	_, rdb, c := setup(t)
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
-	lockKey := "lockguard:{" + key + "}:lock"
+	lockKey := redisName(key, "lock")
 	lk0, err := c.Acquire(ctx, key)
 	if err != nil {
 		t.Fatal(err)

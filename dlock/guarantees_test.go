@@ -42,7 +42,7 @@ func TestDefaultLeaseAndMinLease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pttl := rdb.PTTL(ctx, "lockguard:{"+key+"}:lock").Val()
+		pttl := rdb.PTTL(ctx, redisName(key, "lock")).Val()
 		_ = lk.Release(ctx)
 		if pttl > dlock.MinLease {
 			t.Fatalf("WithLease(1ns): PTTL %v, want at most MinLease (%v)", pttl, dlock.MinLease)
@@ -293,7 +293,7 @@ func TestWaitersServedInArrivalOrder(t *testing.T) {
 	_, rdb, holderC := setup(t)
 	ctx := testContext(t, 60*time.Second)
 	key := uniqueKey(t)
-	qkey := "lockguard:{" + key + "}:q"
+	qkey := redisName(key, "q")
 	first, err := holderC.Acquire(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -494,7 +494,7 @@ func TestCompletionRecordKeptForRetention(t *testing.T) {
 	if err := lk.Complete(ctx, []byte("receipt"), retention); err != nil {
 		t.Fatal(err)
 	}
-	if pttl := rdb.PTTL(ctx, "lockguard:{"+key+"}:done").Val(); pttl <= 0 || pttl > retention {
+	if pttl := rdb.PTTL(ctx, redisName(key, "done")).Val(); pttl <= 0 || pttl > retention {
 		t.Fatalf("record PTTL %v, want the retention %v at most", pttl, retention)
 	}
 	if _, err := c.Acquire(ctx, key, dlock.SkipCompleted()); !errors.Is(err, dlock.ErrCompleted) {

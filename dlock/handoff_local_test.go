@@ -71,7 +71,7 @@ func TestHandOffToOwnWaiterPublishesNothing(t *testing.T) {
 	other := newClient(t, rdb, dlock.WithRetryInterval(time.Hour))
 	ctx := testContext(t, 30*time.Second)
 	key := uniqueKey(t)
-	channel := "lockguard:{" + key + "}:ch"
+	channel := redisName(key, "ch")
 	ps := rdb.Subscribe(ctx, channel)
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
@@ -148,7 +148,7 @@ func TestLostReleaseReplyStillWakesOwnWaiter(t *testing.T) {
 		t.Fatalf("release with its reply lost: %v, want ErrUnavailable", err)
 	}
 	takeOver(t, ctx, got, lk)
-	if n := rdb.Exists(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
+	if n := rdb.Exists(ctx, redisName(key, "q")).Val(); n != 0 {
 		t.Fatalf("line still exists after the hand-off and release")
 	}
 }

@@ -71,7 +71,7 @@ func TestCloseTakesWaitersOutOfLine(t *testing.T) {
 			if err := <-res; !errors.Is(err, dlock.ErrClosed) {
 				t.Fatalf("waiter: %v, want ErrClosed", err)
 			}
-			if n := rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
+			if n := rdb.ZCard(ctx, redisName(key, "q")).Val(); n != 0 {
 				t.Fatalf("%d waiters in line after Close returned", n)
 			}
 			if err := holder.Release(ctx); err != nil {

@@ -183,7 +183,7 @@ func TestRefreshShortTTLMovesRenewal(t *testing.T) {
 	// The watchdog renews the lock to the Client lease within the refreshed 3 s (a third into
 	// it), not at its old time, 10 s in: Redis sees more than the 3 s left (a renewal after
 	// the Refresh) while the lock is still held. Renewed only at 10 s, it would have ended.
-	for pttl := time.Duration(0); pttl <= short; pttl = rdb.PTTL(ctx, "lockguard:{"+key+"}:lock").Val() {
+	for pttl := time.Duration(0); pttl <= short; pttl = rdb.PTTL(ctx, redisName(key, "lock")).Val() {
 		select {
 		case <-lk.Done():
 			t.Fatalf("lock lost after Refresh(%v): %v (the watchdog's renewal was not moved up)", short, lk.Err())

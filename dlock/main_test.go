@@ -104,7 +104,11 @@ func wantDone(t testing.TB, ctx context.Context, want error, what string) {
 }
 
 // channelOf is the pub/sub channel of key's hand-off messages (default prefix).
-func channelOf(key string) string { return "lockguard:{" + key + "}:ch" }
+func channelOf(key string) string { return redisName(key, "ch") }
+
+// redisName is the Redis key (or channel) of lock key with the given suffix ("lock", "q",
+// "qd", "ch", "done"), under the default prefix.
+func redisName(key, suffix string) string { return "lockguard:{" + key + "}:" + suffix }
 
 // waitChannel waits until key's channel has a subscriber in Redis (subscribed), or none
 // (!subscribed). It fails the test when ctx ends first.

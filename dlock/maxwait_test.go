@@ -51,7 +51,7 @@ func TestMaxWaitEndsBusyWait(t *testing.T) {
 		t.Fatal("the caller's context ended: the max wait did not")
 	}
 	// The waiter is out of line by the time Acquire returns.
-	if n := rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
+	if n := rdb.ZCard(ctx, redisName(key, "q")).Val(); n != 0 {
 		t.Errorf("%d waiters in line after Acquire gave up, want 0", n)
 	}
 }
@@ -91,7 +91,7 @@ func TestGivenUpWaiterIsOutOfLineOnReturn(t *testing.T) {
 				if err := tc.wait(key); !errors.Is(err, dlock.ErrNotObtained) {
 					t.Fatalf("round %d: Acquire of a held lock: %v, want ErrNotObtained", i, err)
 				}
-				if n := rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
+				if n := rdb.ZCard(ctx, redisName(key, "q")).Val(); n != 0 {
 					t.Fatalf("round %d: %d waiters in line after the only waiter's Acquire returned, want 0", i, n)
 				}
 				if err := held.Release(ctx); err != nil {
@@ -242,7 +242,7 @@ func TestMaxWaitReplicaAckUnacknowledgedIsUnavailable(t *testing.T) {
 		}
 		owner := "?"
 		for deadline := time.Now().Add(5 * time.Second); owner != "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			owner = rdb.HGet(ctx, "lockguard:{"+key+"}:lock", "o").Val()
+			owner = rdb.HGet(ctx, redisName(key, "lock"), "o").Val()
 		}
 		if owner != "" {
 			t.Errorf("acquisition %d: lock still held by %q after it was not acknowledged", i, owner)
@@ -301,7 +301,7 @@ func TestWaiterWithLookInFlightIsOutOfLineOnReturn(t *testing.T) {
 		if !errors.Is(err, dlock.ErrNotObtained) {
 			t.Fatalf("round %d: Acquire of a held lock: %v, want ErrNotObtained", i, err)
 		}
-		if n := rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val(); n != 0 {
+		if n := rdb.ZCard(ctx, redisName(key, "q")).Val(); n != 0 {
 			t.Fatalf("round %d: %d waiters in line after the only waiter's Acquire returned, want 0", i, n)
 		}
 		if err := held.Release(ctx); err != nil {

@@ -222,7 +222,7 @@ func TestReplicaAckFollowsMovedSlot(t *testing.T) {
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m := startSlotMigration(t, ctx, cl, "lockguard:{"+key+"}:lock")
+	m := startSlotMigration(t, ctx, cl, redisName(key, "lock"))
 	m.finish(ctx)
 	waitReplicated(t, ctx, m.target)
 
@@ -272,7 +272,7 @@ func TestHandOffAfterSlotMigration(t *testing.T) {
 		}
 	}
 	handOff("before the migration", 2*time.Second)
-	lockKey := "lockguard:{" + key + "}:lock"
+	lockKey := redisName(key, "lock")
 	first, err := cl.MasterOf(ctx, lockKey)
 	if err != nil {
 		t.Fatal(err)
@@ -333,7 +333,7 @@ func TestMigratingSlotCostsNoRenewals(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	ctx := testContext(t, 60*time.Second)
 	rdb := cl.Client(t)
-	lockKey := func(k string) string { return "lockguard:{" + k + "}:lock" }
+	lockKey := func(k string) string { return redisName(k, "lock") }
 	base := uniqueKey(t)
 	k1 := base + "-0"
 	slot, err := rdb.ClusterKeySlot(ctx, lockKey(k1)).Result()

@@ -111,7 +111,7 @@ func TestPausedWaiterIgnoresStaleHandOff(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmd, out := startHelper(t, waiterEnv+"=1", "DLOCK_TEST_ADDR="+srv.Addr(), "DLOCK_TEST_KEY="+key)
-		qkey := "lockguard:{" + key + "}:q"
+		qkey := redisName(key, "q")
 		waitLine(t, ctx, rdb, qkey, 1) // the waiter is in line
 		// and subscribed: the hand-off notice reaches its connection while it is stopped.
 		waitChannel(t, ctx, rdb, key, true)

@@ -106,7 +106,7 @@ func TestStalledProcessProbeIsNotSilentStore(t *testing.T) {
 				line, _ = lines.ReadString('\n')
 				_ = cmd.Wait()
 				_ = held.Release(ctx)
-				if n, _ := rdb.Exists(ctx, "lockguard:{"+key+"}:q").Result(); n != 0 {
+				if n, _ := rdb.Exists(ctx, redisName(key, "q")).Result(); n != 0 {
 					t.Errorf("round %d: the waiter stayed in line", round)
 				}
 				if !strings.HasPrefix(line, "busy=true down=false deadline=true") {

@@ -112,7 +112,7 @@ func TestSecondWaitReusesSubscription(t *testing.T) {
 func waitQueued(t *testing.T, rdb *redis.Client, ctx context.Context, key string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val() == 0 {
+	for rdb.ZCard(ctx, redisName(key, "q")).Val() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiter never joined the line")
 		}

@@ -242,7 +242,7 @@ func TestWithTTLEdges(t *testing.T) {
 		}
 		// Renewed: Redis sees the lease extended (its PTTL goes up, which time alone never
 		// does) while the lock is held; a fixed lease is never extended and ends instead.
-		if !renewedInRedis(ctx, t, rdb, lk, "lockguard:{"+key+"}:lock") {
+		if !renewedInRedis(ctx, t, rdb, lk, redisName(key, "lock")) {
 			t.Fatalf("WithTTL(%v): %v, the lease ended unrenewed; want the Client lease, renewed", d, lk.Err())
 		}
 		if err := lk.Err(); err != nil {
@@ -261,7 +261,7 @@ func TestWithTTLEdges(t *testing.T) {
 			t.Fatal(err)
 		}
 		live := lk.Err() == nil
-		pttl := rdb.PTTL(ctx, "lockguard:{"+key+"}:lock").Val()
+		pttl := rdb.PTTL(ctx, redisName(key, "lock")).Val()
 		if pttl > dlock.MinLease {
 			t.Fatalf("WithTTL(1ns): PTTL %v, want MinLease (%v) at most", pttl, dlock.MinLease)
 		}
@@ -400,7 +400,7 @@ func TestHandedOffWithTTLKeepsItsTTL(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := acquireAsync(t, waiter, ctx, key, dlock.WithTTL(tc.ttl))
-			for rdb.ZCard(ctx, "lockguard:{"+key+"}:q").Val() != 1 {
+			for rdb.ZCard(ctx, redisName(key, "q")).Val() != 1 {
 				if ctx.Err() != nil {
 					t.Fatal("waiter not queued")
 				}
@@ -468,7 +468,7 @@ func TestOverwrittenWithOtherTypeIsLost(t *testing.T) {
 		if err := o.Err(); err != nil {
 			t.Fatalf("other lock %d: %v", i, err)
 		}
-		if pttl := rdb.PTTL(ctx, "lockguard:{"+o.Key()+"}:lock").Val(); pttl <= 0 {
+		if pttl := rdb.PTTL(ctx, redisName(o.Key(), "lock")).Val(); pttl <= 0 {
 			t.Fatalf("other lock %d not renewed within a lease after the overwrite: PTTL %v", i, pttl)
 		}
 	}
