@@ -22,8 +22,12 @@ import (
 //     a payload over DefaultMaxPayload bytes gives keyfunc.ErrBodyTooLarge
 //
 // Queue and id are absent outside a task context (a required part then fails with
-// keyfunc.ErrMissing).
+// keyfunc.ErrMissing). It panics if task is nil, rather than leave the Source to fail at its
+// first use.
 func NewSource(ctx context.Context, task *asynq.Task) keyfunc.Source {
+	if task == nil {
+		panic("asynqlock: NewSource with a nil *asynq.Task")
+	}
 	return newSource(ctx, task, DefaultMaxPayload)
 }
 

@@ -27,3 +27,17 @@ func TestSourceHeaderLookup(t *testing.T) {
 		}
 	}
 }
+
+// A nil task is refused by NewSource itself, with a message, not by a nil dereference at the
+// Source's first use.
+func TestNewSourcePanicsOnNilTask(t *testing.T) {
+	const want = "asynqlock: NewSource with a nil *asynq.Task"
+	func() {
+		defer func() {
+			if p, _ := recover().(string); p != want {
+				t.Errorf("NewSource(ctx, nil) panicked with %q, want %q", p, want)
+			}
+		}()
+		asynqlock.NewSource(t.Context(), nil)
+	}()
+}

@@ -43,7 +43,10 @@ type Client struct {
 // (ContextTimeoutEnabled, ReadTimeout, ClusterStateReloadInterval). It panics if rdb is nil
 // or a *redis.Ring, programming errors found at start-up rather than at the first Acquire: a
 // Ring spreads keys over servers that know nothing of each other, so a lock's renewal, which
-// covers many locks in one call, and its waiters' channel would reach the wrong server.
+// covers many locks in one call, and its waiters' channel would reach the wrong server. It
+// panics too with WithReplicaAck on a client of another type (a wrapper of its own): the
+// replicas are counted on the master a *redis.Client or *redis.ClusterClient names, and
+// without one every acquisition would fail as ErrUnavailable.
 func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	if v := reflect.ValueOf(rdb); rdb == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 		panic("dlock: New with a nil Redis client")
@@ -55,6 +58,13 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	for _, o := range opts {
 		if o != nil {
 			o.apply(&cfg)
+		}
+	}
+	if cfg.replicas > 0 {
+		switch rdb.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			panic(fmt.Sprintf("dlock: WithReplicaAck needs a *redis.Client or *redis.ClusterClient, not %T", rdb))
 		}
 	}
 	ids := newOwnerIDs()

@@ -27,6 +27,12 @@ var (
 	// ErrInvalidKey is returned for an empty key or one longer than MaxKeyLen bytes.
 	ErrInvalidKey = errors.New("dlock: invalid key")
 
+	// ErrInvalidArgument is matched by the error of a call given a value it cannot take: a
+	// Refresh ttl below MinLease, a Complete retention that is not positive. It is the
+	// caller's mistake, found before Redis is asked: nothing is sent and nothing changes
+	// (Complete does not release the hold).
+	ErrInvalidArgument = errors.New("dlock: invalid argument")
+
 	// ErrUnavailable wraps every error of the backing store (connection refused, timeouts,
 	// script errors), so callers can tell "the store is down" from "the lock is busy".
 	ErrUnavailable = errors.New("dlock: store unavailable")
@@ -90,6 +96,18 @@ func (e *silentStoreError) Error() string {
 }
 
 func (e *silentStoreError) Unwrap() []error { return []error{e.err, e.ctxErr} }
+
+// argumentError is the error of an argument a call refused. Its text is the message alone,
+// as it was before these errors matched ErrInvalidArgument; it wraps ErrInvalidArgument.
+type argumentError struct{ msg string }
+
+func (e *argumentError) Error() string { return e.msg }
+
+func (e *argumentError) Unwrap() error { return ErrInvalidArgument }
+
+func invalidArgument(format string, args ...any) error {
+	return &argumentError{msg: fmt.Sprintf(format, args...)}
+}
 
 func unavailable(op string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)

@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"runtime"
 	"strconv"
 	"sync"
@@ -90,13 +89,14 @@ func (lk *Lock) Release(ctx context.Context) error {
 // SkipCompleted get a *CompletedError carrying the record instead of the lock. On a re-entrant
 // (inner) hold the record is stored at once while the outer hold keeps the key locked: waiters
 // with SkipCompleted are then told of the completion before the outer work ends. Errors are
-// those of Release; retention must be positive. On a lease lost on our clock only (Redis
+// those of Release; a retention that is not positive gives an error matching
+// ErrInvalidArgument, and the hold stays held. On a lease lost on our clock only (Redis
 // still has it as ours), the record is stored with the release all the same, and the loss is
 // returned.
 func (lk *Lock) Complete(ctx context.Context, record []byte, retention time.Duration) error {
 	mustContext(ctx, "Complete")
 	if retention <= 0 {
-		return fmt.Errorf("dlock: complete: retention must be positive, got %v", retention)
+		return invalidArgument("dlock: complete: retention must be positive, got %v", retention)
 	}
 	return lk.release(ctx, releaseRequest{storeRecord: true, record: record, retention: retention})
 }
@@ -180,15 +180,16 @@ func (lk *Lock) release(ctx context.Context, r releaseRequest) error {
 // ErrNotHeld for a released hold, an error matching ErrLockLost when the lock was lost (also
 // when someone else owns it now: their lock is not touched), ErrUnavailable wrapping Redis
 // errors or the context's end (a context that had ended sends nothing and changes nothing),
-// and an error for a ttl below MinLease. When the outcome is
-// unknown (ErrUnavailable), the lock counts on the shorter of its old lease and ttl, until the
-// answer of a call given up by ctx but still on its way comes: it counts then as if it had
-// come in time. An answer that comes after the lease ended on our clock renews nothing (the
-// error matches ErrLockLost), and frees the lock in Redis.
+// and an error matching ErrInvalidArgument for a ttl below MinLease (nothing is sent, the
+// lease stays as it was). When the outcome is unknown (ErrUnavailable), the lock counts on
+// the shorter of its old lease and ttl, until the answer of a call given up by ctx but still
+// on its way comes: it counts then as if it had come in time. An answer that comes after the
+// lease ended on our clock renews nothing (the error matches ErrLockLost), and frees the lock
+// in Redis.
 func (lk *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	mustContext(ctx, "Refresh")
 	if ttl < MinLease {
-		return fmt.Errorf("dlock: refresh: ttl must be at least %v, got %v", MinLease, ttl)
+		return invalidArgument("dlock: refresh: ttl must be at least %v, got %v", MinLease, ttl)
 	}
 	if err := lk.Err(); err != nil {
 		return err

@@ -1,8 +1,10 @@
 package ginlock
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -151,14 +153,30 @@ func WithReplayStatuses(f func(status int) bool) Option {
 // are not stored: a retry keeps its own; stored Set-Cookie values are added to them, and so are
 // the values of a header the chain added to (Vary: Origin set before ginlock, Accept-Language
 // added by the handler); other stored headers replace them.
-// Idempotent-Replayed is always added to a replay.
+// Idempotent-Replayed is always added to a replay. It panics if a name is not a header field
+// name (RFC 9110: a token, such as "X-Request-Id"; not empty, no spaces): no response carries
+// it, so it would be stored for no one.
 func WithReplayHeaders(names ...string) Option {
+	for _, n := range names {
+		if n == "" || strings.IndexFunc(n, notTokenChar) >= 0 {
+			panic(fmt.Sprintf("ginlock: WithReplayHeaders(%q): not a header field name (RFC 9110 token)", n))
+		}
+	}
 	return optionFunc(func(c *config) {
 		c.headers = make([]string, len(names))
 		for i, n := range names {
 			c.headers[i] = http.CanonicalHeaderKey(n)
 		}
 	})
+}
+
+// notTokenChar reports whether r may not appear in an RFC 9110 token (a header field name).
+func notTokenChar(r rune) bool {
+	switch {
+	case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		return false
+	}
+	return !strings.ContainsRune("!#$%&'*+-.^_`|~", r)
 }
 
 // WithMaxBody caps the request body read for the key and the fingerprint at n bytes; a larger

@@ -62,8 +62,12 @@ var _ keyfunc.MultiValueSource = (*Source)(nil)
 
 // NewSource returns the Source of c, reading at most maxBody bytes of body (<= 0:
 // DefaultMaxBody). Handlers can use it to derive the keys of nested locks the same way the
-// middleware does.
+// middleware does. It panics if c is nil, rather than leave the Source to fail at its first
+// use.
 func NewSource(c *gin.Context, maxBody int64) *Source {
+	if c == nil {
+		panic("ginlock: NewSource with a nil *gin.Context")
+	}
 	if maxBody <= 0 {
 		maxBody = DefaultMaxBody
 	}

@@ -77,8 +77,9 @@ func Join(parts ...Part) *Func {
 	return &Func{parts: clone(parts), lits: lits, opts: newOptions(nil)}
 }
 
-// With returns a copy of f with opts applied on top of f's options.
+// With returns a copy of f with opts applied on top of f's options. It panics if f is nil.
 func (f *Func) With(opts ...Option) *Func {
+	mustFunc(f, "With")
 	g := *f
 	for _, o := range opts {
 		if o != nil {
@@ -94,8 +95,9 @@ func (f *Func) With(opts ...Option) *Func {
 // the unscoped parts hold. Calling Scope again puts the new parts first in the same
 // segment. Scope parts follow the usual rules: required ones fail with ErrMissing, and an
 // Optional one renders "~" (all requests without it then share that scope).
-// It panics if parts holds a zero Part.
+// It panics if f is nil or parts holds a zero Part.
 func (f *Func) Scope(parts ...Part) *Func {
+	mustFunc(f, "Scope")
 	mustBeBuilt(parts)
 	g := *f
 	g.scope = append(clone(parts), f.scope...)
@@ -104,7 +106,11 @@ func (f *Func) Scope(parts ...Part) *Func {
 
 // UsesIdempotencyKey reports whether any part of f, scope included, is IdempotencyKey or
 // Header(IdempotencyKeyHeader). Middleware turns idempotent replay on by default when it is.
+// A nil f has no parts: false.
 func (f *Func) UsesIdempotencyKey() bool {
+	if f == nil {
+		return false
+	}
 	for _, ps := range [][]Part{f.scope, f.parts} {
 		for _, p := range ps {
 			if p.idem {
@@ -118,8 +124,11 @@ func (f *Func) UsesIdempotencyKey() bool {
 // RequiredParams lists the path parameters that f's required Param parts read (scope first,
 // in order). An adapter can check them against the route a request matched: a route that
 // does not declare one can never give f a key, which is the server's mistake, not the
-// client's. Optional parts and From functions are not listed.
+// client's. Optional parts and From functions are not listed. A nil f has no parts: nil.
 func (f *Func) RequiredParams() []string {
+	if f == nil {
+		return nil
+	}
 	var names []string
 	for _, ps := range [][]Part{f.scope, f.parts} {
 		for _, p := range ps {
@@ -132,7 +141,8 @@ func (f *Func) RequiredParams() []string {
 }
 
 // String describes f's shape, with part names in braces, e.g. "{route}|pay:{user}:{order}".
-// It holds no request data, so it suits logs and low-cardinality span attributes.
+// It holds no request data, so it suits logs and low-cardinality span attributes. A nil or
+// zero Func gives "".
 func (f *Func) String() string {
 	if f == nil || len(f.lits) == 0 {
 		return ""
@@ -158,11 +168,14 @@ func (f *Func) String() string {
 // WithMaxKeyLen bound long, never containing '{', '}', whitespace or non-ASCII bytes.
 // Errors are *PartError values wrapping ErrMissing, ErrInvalid, ErrTooLong,
 // ErrMalformedBody, ErrUnsupportedType, ErrContextValue, the error of Source.Body
-// (ErrBodyTooLarge) or of a From function;
-// a nil Source or a Func not built by Join or Template gives a plain error.
+// (ErrBodyTooLarge) or of a From function; a nil Source, a nil *Func or a Func not built by
+// Join or Template gives a plain error, which is the server's mistake (not an input error,
+// see IsInputError).
 func (f *Func) Key(src Source) (string, error) {
 	switch {
-	case f == nil || len(f.lits) == 0:
+	case f == nil:
+		return "", errors.New("keyfunc: Key on a nil *Func; build it with Join or Template")
+	case len(f.lits) == 0:
 		return "", errors.New("keyfunc: zero Func; build it with Join or Template")
 	case src == nil:
 		return "", errors.New("keyfunc: nil Source")
@@ -260,6 +273,14 @@ func newOptions(opts []Option) options {
 		}
 	}
 	return o
+}
+
+// mustFunc panics when a builder method (method) is called on a nil *Func: there is no key
+// function to copy, and a nil dereference deep inside would not say so.
+func mustFunc(f *Func, method string) {
+	if f == nil {
+		panic("keyfunc: " + method + " on a nil *Func; build it with Join or Template")
+	}
 }
 
 func mustBeBuilt(parts []Part) {
