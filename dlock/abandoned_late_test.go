@@ -16,13 +16,14 @@ import (
 )
 
 // cutNet plays a network that breaks once armed: the next acquire script call (EVALSHA with
-// 4 keys and 7 arguments: "*14") reaches Redis and runs, then the connection breaks and the
-// network is down for outage, dials and writes failing.
+// 4 keys and 7 arguments: "*14") reaches Redis and runs (ran says when it has), then the
+// connection breaks and the network is down for outage, dials and writes failing.
 type cutNet struct {
 	armed  atomic.Bool
 	down   atomic.Bool
 	wg     sync.WaitGroup
 	outage time.Duration
+	ran    func() bool // whether Redis has run the armed call, seen from another connection
 }
 
 func (n *cutNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -51,13 +52,17 @@ func (c *cutConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	_, err := c.Conn.Write(p)
-	time.Sleep(20 * time.Millisecond) // the script has run by now
+	// The connection breaks once Redis has run the script: its reply is what is lost. (Not
+	// run within the bound, the test finds the lock not taken and says so.)
+	for end := time.Now().Add(10 * time.Second); c.n.ran != nil && !c.n.ran() && time.Now().Before(end); {
+		time.Sleep(2 * time.Millisecond)
+	}
 	c.n.down.Store(true)
 	_ = c.Conn.Close()
 	c.n.wg.Add(1)
 	go func() {
 		defer c.n.wg.Done()
-		time.Sleep(c.n.outage)
+		time.Sleep(c.n.outage) // a deliberate window: the network stays down for the outage
 		c.n.down.Store(false)
 	}()
 	return len(p), err
@@ -107,6 +112,7 @@ func TestLostAcquireReplyFreedAfterOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	n.ran = func() bool { owner, _ := heldBy(t, check, key); return owner != "" }
 	n.armed.Store(true)
 	if _, err = c.TryAcquire(ctx, key); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("TryAcquire with its reply lost = %v, want ErrUnavailable", err)
@@ -180,7 +186,17 @@ func TestLateAcquireAfterCloseTakesNothing(t *testing.T) {
 		}
 		got <- err
 	}()
-	time.Sleep(30 * time.Millisecond) // the script is held back
+	// Close once the script is held back on its way: the connection took the armed write. A
+	// fine poll: the acquisition gives up 100 ms after it began, and Close must come first.
+	for armed.Load() {
+		select {
+		case err := <-got:
+			t.Fatalf("the TryAcquire returned (%v) before its script was held back", err)
+		case <-ctx.Done():
+			t.Fatal("the TryAcquire never sent its script")
+		case <-time.After(time.Millisecond):
+		}
+	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

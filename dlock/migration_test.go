@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,8 +99,14 @@ func (m *slotMigration) finish(ctx context.Context) {
 func TestSlotMigration(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	ctx := testContext(t, 60*time.Second)
-	holder := newClient(t, cl.Client(t))
-	waiter := newClient(t, cl.Client(t))
+	// The hooks count the release's and the waiting Acquire's calls (marked by markLooks) as
+	// the Client sends them and gets their answers, after go-redis's own retries.
+	holderRDB, waiterRDB := cl.Client(t), cl.Client(t)
+	holderLooks, waiterLooks := newLookCounter(), newLookCounter()
+	holderRDB.AddHook(holderLooks)
+	waiterRDB.AddHook(waiterLooks)
+	holder := newClient(t, holderRDB)
+	waiter := newClient(t, waiterRDB)
 	key := uniqueKey(t)
 
 	lk, err := holder.Acquire(ctx, key)
@@ -118,22 +125,22 @@ func TestSlotMigration(t *testing.T) {
 	}
 	waited := make(chan result, 1)
 	go func() {
-		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		wctx, cancel := context.WithTimeout(markLooks(ctx), 20*time.Second)
 		defer cancel()
 		l, err := waiter.Acquire(wctx, key)
 		waited <- result{l, err}
 	}()
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		time.Sleep(1500 * time.Millisecond) // past go-redis's own retries
-		m.finish(ctx)
-	}()
+	released := make(chan error, 1)
+	go func() { released <- lk.Release(markLooks(ctx)) }()
+	// The migration ends only once go-redis's own retries of both calls are over: each has
+	// an answer (TRYAGAIN: the slot still migrates), and the Client waits on its own.
+	waiterLooks.wait(t, ctx, "the waiting Acquire's first look answered", func(_, answered int) bool { return answered >= 1 })
+	holderLooks.wait(t, ctx, "the release's call answered", func(_, answered int) bool { return answered >= 1 })
+	m.finish(ctx)
 
-	if err := lk.Release(ctx); err != nil {
+	if err := <-released; err != nil {
 		t.Fatalf("release during the migration: %v", err)
 	}
-	<-finished
 	select {
 	case r := <-waited:
 		if r.err != nil {
@@ -165,7 +172,10 @@ func TestSlotMigration(t *testing.T) {
 func TestReentryThroughSlotMigration(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	ctx := testContext(t, 60*time.Second)
-	holder := newClient(t, cl.Client(t))
+	rdb := cl.Client(t)
+	looks := newLookCounter() // the re-entrant Acquire's calls (marked by markLooks)
+	rdb.AddHook(looks)
+	holder := newClient(t, rdb)
 	key := uniqueKey(t)
 	lk, err := holder.Acquire(ctx, key)
 	if err != nil {
@@ -176,16 +186,23 @@ func TestReentryThroughSlotMigration(t *testing.T) {
 	if _, err := holder.TryAcquire(held, key); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("re-entrant TryAcquire during the migration: %v, want ErrUnavailable", err)
 	}
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		time.Sleep(1500 * time.Millisecond) // past go-redis's own retries
-		m.finish(ctx)
-	}()
-	actx, cancel := context.WithTimeout(held, 10*time.Second)
+	actx, cancel := context.WithTimeout(markLooks(held), 10*time.Second)
 	defer cancel()
-	inner, err := holder.Acquire(actx, key)
-	<-finished
+	type result struct {
+		lk  *dlock.Lock
+		err error
+	}
+	reentered := make(chan result, 1)
+	go func() {
+		l, err := holder.Acquire(actx, key)
+		reentered <- result{l, err}
+	}()
+	// The migration ends only once go-redis's own retries of the re-entry's call are over: it
+	// has an answer (TRYAGAIN: the slot still migrates), and the Client waits on its own.
+	looks.wait(t, ctx, "the re-entry's call answered", func(_, answered int) bool { return answered >= 1 })
+	m.finish(ctx)
+	r := <-reentered
+	inner, err := r.lk, r.err
 	if err != nil {
 		t.Fatalf("re-entrant Acquire during the migration: %v", err)
 	}
@@ -262,7 +279,7 @@ func TestHandOffAfterSlotMigration(t *testing.T) {
 	key := uniqueKey(t)
 	handOff := func(what string, within time.Duration) {
 		t.Helper()
-		took, err := handOffTime(t, ctx, holder, waiter, key)
+		took, err := handOffTime(t, ctx, rdb, holder, waiter, key)
 		t.Logf("%s: the waiter got the lock %v after the release", what, took)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
@@ -285,7 +302,7 @@ func TestHandOffAfterSlotMigration(t *testing.T) {
 
 	// The slot moves while the connection is idle: no channel subscribed, so no sign of the
 	// move reaches it, and the next SSUBSCRIBE on it goes unconfirmed (MOVED).
-	time.Sleep(1500 * time.Millisecond) // past the linger
+	waitShardChannel(t, ctx, rdb, key, false) // past the linger: unsubscribed on every node
 	// On to the third master: the connection of the waits before is bound to neither.
 	m = startSlotMigration(t, ctx, cl, lockKey, first.Addr())
 	m.finish(ctx)
@@ -293,9 +310,11 @@ func TestHandOffAfterSlotMigration(t *testing.T) {
 	handOff("the wait after that", 2*time.Second)
 }
 
-// handOffTime: the holder takes key, the waiter waits for it, the holder releases it 300 ms
-// later; it returns how long after the release the waiter had the lock.
-func handOffTime(t *testing.T, ctx context.Context, holder, waiter *dlock.Client, key string) (time.Duration, error) {
+// handOffTime: the holder takes key, the waiter waits for it, the holder releases it once the
+// waiter is in line and its subscription is in Redis (on the node that serves the slot: one
+// made on a node that gave the slot away gets MOVED, and the waiter listens anew); it returns
+// how long after the release the waiter had the lock. rdb is a client of the cluster.
+func handOffTime(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, holder, waiter *dlock.Client, key string) (time.Duration, error) {
 	t.Helper()
 	lk, err := holder.Acquire(ctx, key)
 	if err != nil {
@@ -313,7 +332,8 @@ func handOffTime(t *testing.T, ctx context.Context, holder, waiter *dlock.Client
 		l, err := waiter.Acquire(wctx, key)
 		got <- result{l, err, time.Now()}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	waitQueued(t, rdb, ctx, key)
+	waitShardChannel(t, ctx, rdb, key, true)
 	released := time.Now()
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -323,6 +343,30 @@ func handOffTime(t *testing.T, ctx context.Context, holder, waiter *dlock.Client
 		_ = r.lk.Release(ctx)
 	}
 	return r.at.Sub(released), r.err
+}
+
+// waitShardChannel waits until key's (sharded) channel is subscribed on a master of the
+// cluster rdb is a client of (subscribed), or on none (!subscribed). It fails the test when
+// ctx ends first.
+func waitShardChannel(t *testing.T, ctx context.Context, rdb *redis.ClusterClient, key string, subscribed bool) {
+	t.Helper()
+	ch := channelOf(key)
+	for {
+		var n atomic.Int64
+		err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			m, err := node.PubSubShardNumSub(ctx, ch).Result()
+			n.Add(m[ch])
+			return err
+		})
+		if err == nil && (n.Load() > 0) == subscribed {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("shard channel %s: %d subscribers on the masters (%v), want subscribed %v", ch, n.Load(), err, subscribed)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // A slot left mid-migration, with one of its two locks moved (as an interrupted reshard
@@ -390,7 +434,8 @@ func TestMigratingSlotCostsNoRenewals(t *testing.T) {
 		mig.finish(ctx)
 		t.Fatalf("a script naming both keys of the migrating slot: %v, want TRYAGAIN", err)
 	}
-	time.Sleep(3 * time.Second) // over three leases
+	// A deliberate window, over three leases: a lock whose renewals fail is lost within one.
+	time.Sleep(3 * time.Second)
 	lost := 0
 	for i, lk := range locks {
 		if err := lk.Err(); err != nil {

@@ -239,10 +239,11 @@ func holdAndWait(t *testing.T, a, w *dlock.Client, key string) (*dlock.Lock, <-c
 // handOff makes a hold the lock for key, starts a waiter on w (whose client d dials) with
 // 10 s to get it, releases once the waiter has looked twice (in line, then once more after
 // subscribing, or after giving up waiting for the confirmation: it waits for the message)
-// and returns the waiter's error, once key's channel is unsubscribed again (after its
-// linger): the next wait on key subscribes anew. With the retry interval of the test (30 s),
-// only the release message can hand the lock over in time: a waiter whose subscription is
-// never taken for ready does not act on the message before its next look.
+// and its subscription of key is made in Redis and confirmed (ready: the test fails when it
+// never is), and returns the waiter's error, once key's channel is unsubscribed again (after
+// its linger): the next wait on key subscribes anew. The hand-off itself also reaches a
+// subscription never taken for ready (messages go to every listener of the channel, ready or
+// not): only the readiness check tells such a subscription from a sound one.
 func handOff(t *testing.T, d *ctlDialer, rdb *redis.Client, a, w *dlock.Client, key string) error {
 	t.Helper()
 	ctx := testContext(t, time.Minute)
@@ -250,6 +251,17 @@ func handOff(t *testing.T, d *ctlDialer, rdb *redis.Client, a, w *dlock.Client, 
 	_, before := d.looks.counts()
 	h, got := holdAndWait(t, a, w, key)
 	d.looks.wait(t, ctx, "the waiter's second look", func(_, answered int) bool { return answered >= before+2 })
+	waitChannel(t, ctx, rdb, key, true) // the waiter's SUBSCRIBE reached Redis
+	// Redis confirms it at once; the subscriber must take the confirmation for this state.
+	if msg := pollUntil(10*time.Second, func() string {
+		if st := dlock.SubscriptionOf(w, key); !st.Ready {
+			return fmt.Sprintf("%+v", st)
+		}
+		return ""
+	}); msg != "" {
+		t.Fatalf("%s: the waiter's subscription is in Redis but never taken for ready (subscriber's state %s): its confirmation went to another state of the channel",
+			key, msg)
+	}
 	if err := h.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +273,11 @@ func handOff(t *testing.T, d *ctlDialer, rdb *redis.Client, a, w *dlock.Client, 
 // A SUBSCRIBE that got no confirmation because the pub/sub connection broke (its writes
 // lost on the way, then the connection reset), for a channel unsubscribed before go-redis
 // re-dialled, must not be remembered as awaiting confirmation: otherwise the next
-// subscription of that channel takes its confirmation, is never marked ready, and every wait
-// on the key from then on waits a full retry interval for the hand-off instead of the message.
+// subscription of that channel takes its confirmation and is never marked ready. Its
+// waiters still get the release message (it reaches every listener of the channel), so the
+// hand-offs alone do not show it: the test checks the subscriber's state, that the lost
+// state is forgotten once unsubscribed and that every later subscription of the channel is
+// confirmed (see handOff).
 func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
 	d, rdbA, rdbB := ctlSetup(t)
 	ctx := context.Background()
@@ -296,6 +311,10 @@ func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
 	}); msg != "" {
 		t.Fatal(msg)
 	}
+	// x's state is gone, and no longer awaits its confirmation, which will never come.
+	if st := dlock.SubscriptionOf(b, "x"); st != (dlock.SubscriptionState{}) {
+		t.Errorf("x unsubscribed after its lost confirmation: subscriber's state %+v, want none (not subscribed, nothing awaiting a confirmation)", st)
+	}
 	d.blackhole.Store(false)
 	old := pubsubClientIDs(t, rdbA)
 	d.breakSubConns()
@@ -318,7 +337,7 @@ func TestLostSubscribeConfirmationIsForgotten(t *testing.T) {
 
 	for i := range 3 {
 		if err := handOff(t, d, rdbA, a, b, "x"); err != nil {
-			t.Errorf("hand-off %d of x after the reset: %v (retry interval %v): the subscription is never taken for ready", i, err, retry)
+			t.Errorf("hand-off %d of x after the reset: %v (retry interval %v)", i, err, retry)
 		}
 	}
 	if err := handOff(t, d, rdbA, a, b, "y"); err != nil {

@@ -109,7 +109,7 @@ func TestSecondWaitReusesSubscription(t *testing.T) {
 }
 
 // waitQueued returns once key has a waiter in line.
-func waitQueued(t *testing.T, rdb *redis.Client, ctx context.Context, key string) {
+func waitQueued(t *testing.T, rdb redis.Cmdable, ctx context.Context, key string) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for rdb.ZCard(ctx, redisName(key, "q")).Val() == 0 {

@@ -1,0 +1,38 @@
+package dlock
+
+// SubscriptionState is what a Client's subscriber holds for the hand-off channel of a lock
+// key: for the tests of package dlock_test, which cannot see it otherwise (see
+// SubscriptionOf).
+type SubscriptionState struct {
+	// Subscribed: the channel has a state on its pub/sub connection (its SUBSCRIBE queued or
+	// sent, the subscription not ended).
+	Subscribed bool
+	// Ready: Redis confirmed that state's SUBSCRIBE (its listeners' Ready is closed).
+	Ready bool
+	// Unconfirmed is the number of the channel's states whose SUBSCRIBE went out and whose
+	// confirmation is still awaited (psConn.sent): a confirmation that comes belongs to the
+	// oldest of them.
+	Unconfirmed int
+}
+
+// SubscriptionOf returns what c's subscriber holds for key's hand-off channel.
+func SubscriptionOf(c *Client, key string) SubscriptionState {
+	b, ok := c.be.(*redisBackend)
+	if !ok {
+		panic("SubscriptionOf: the Client's store is not Redis")
+	}
+	ch, slot := b.channel(key)
+	s := b.subs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st SubscriptionState
+	conn := s.conns[slot]
+	if conn == nil {
+		return st
+	}
+	if cs := conn.chans[ch]; cs != nil {
+		st.Subscribed, st.Ready = true, isClosed(cs.ready)
+	}
+	st.Unconfirmed = len(conn.sent[ch])
+	return st
+}
