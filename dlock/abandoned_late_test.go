@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockguard/lockguard/dlock"
+	"github.com/lockguard/lockguard/internal/redistest"
 )
 
 // cutNet plays a network that breaks once armed: the next acquire script call (EVALSHA with
@@ -169,17 +170,39 @@ func TestLateAcquireAfterDeadlineTakesNothing(t *testing.T) {
 // takes nothing either: the clean-up of a look that failed is sent although Close no longer
 // takes background work, so the key is not left locked for the whole lease with nobody to
 // renew or release it.
+//
+// The case needs Close over before the look fails, at the TryAcquire's 100 ms deadline: a
+// machine that stalls past it makes the clean-up start before Close stopped taking
+// background work. Each attempt says whether its Close returned before that deadline; one
+// that did not is run again, and the test fails when none did.
 func TestLateAcquireAfterCloseTakesNothing(t *testing.T) {
 	srv, check, _ := setup(t)
+	const attempts = 5
+	for attempt := 1; attempt <= attempts; attempt++ {
+		if lateAcquireAfterClose(t, srv, check) {
+			return
+		}
+		t.Logf("attempt %d: Close returned after the TryAcquire's deadline: the case was not reached", attempt)
+	}
+	t.Fatalf("in %d attempts, Close never returned before the TryAcquire's 100 ms deadline: a look "+
+		"failing after Close (its clean-up not taken as background work) was never tested", attempts)
+}
+
+// lateAcquireAfterClose runs one attempt of TestLateAcquireAfterCloseTakesNothing on a new
+// Client of srv, failing the test when the key stays locked. It reports whether the case was
+// reached: Close had returned (the watchdog closed to background work) before the
+// TryAcquire's deadline, so before its look failed and its clean-up began.
+func lateAcquireAfterClose(t *testing.T, srv *redistest.Server, check *redis.Client) bool {
+	t.Helper()
 	c, armed, wg := delayedClient(t, srv, 300*time.Millisecond, true)
 	ctx := testContext(t, 30*time.Second)
 	key := uniqueKey(t)
 
 	armed.Store(true)
 	got := make(chan error, 1)
+	tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
 	go func() {
-		tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-		defer cancel()
 		lk, err := c.TryAcquire(tctx, key)
 		if err == nil {
 			_ = lk.Release(ctx)
@@ -200,14 +223,20 @@ func TestLateAcquireAfterCloseTakesNothing(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// The look fails at the deadline (go-redis's ContextTimeoutEnabled: the connection's read
+	// deadline), not before: the connection holds the script back and nothing answers it. Not
+	// yet past it now, Close was over before the look failed.
+	deadline, _ := tctx.Deadline()
+	closedFirst := time.Now().Before(deadline)
 	if err := <-got; err == nil {
 		t.Fatal("the acquisition succeeded: its script was held back past the deadline")
 	}
 	wg.Wait() // the late script has reached Redis
 	if ok, err := obtainedWithin(t, newClient(t, srv.Client(t)), key, time.Second); !ok {
 		owner, _ := heldBy(t, check, key)
-		t.Fatalf("another client cannot take the key (held by %q): %v", owner, err)
+		t.Fatalf("another client cannot take the key (held by %q; Close before the deadline: %v): %v", owner, closedFirst, err)
 	}
+	return closedFirst
 }
 
 // A leave records the gone owner in the lock hash, which must outlive the late look. A

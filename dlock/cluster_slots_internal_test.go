@@ -75,7 +75,11 @@ func TestClusterTrickyKeysOneSlot(t *testing.T) {
 				}
 				got <- err
 			}()
-			time.Sleep(20 * time.Millisecond)
+			// In line: the release hands it the lock.
+			ks, _ := b.keys(k)
+			if !waitFor(10*time.Second, func() bool { return rdb.ZCard(ctx, ks[1]).Val() == 1 }) {
+				t.Fatalf("prefix %q key %q: the waiter did not queue", prefix, k)
+			}
 			if err := lk.Release(ctx); err != nil {
 				t.Fatalf("prefix %q key %q: Release: %v", prefix, k, err)
 			}

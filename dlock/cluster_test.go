@@ -74,7 +74,9 @@ func TestCluster(t *testing.T) {
 			}
 			got <- err
 		}()
-		time.Sleep(100 * time.Millisecond)
+		// In line and subscribed on the slot's node: the release hands it the lock by message.
+		waitQueued(t, rdb, ctx, key)
+		waitShardChannel(t, ctx, rdb, key, true)
 		if err := lk.Release(ctx); err != nil {
 			t.Fatalf("release: %v", err)
 		}

@@ -276,7 +276,7 @@ func TestHandOffAfterSlotMigration(t *testing.T) {
 	ctx := testContext(t, 90*time.Second)
 	holder := newClient(t, rdb)
 	waiter := newClient(t, rdb, dlock.WithRetryInterval(5*time.Second))
-	key := uniqueKey(t)
+	var key string
 	handOff := func(what string, within time.Duration) {
 		t.Helper()
 		took, err := handOffTime(t, ctx, rdb, holder, waiter, key)
@@ -288,26 +288,63 @@ func TestHandOffAfterSlotMigration(t *testing.T) {
 			t.Errorf("%s: the waiter got the lock %v after the release, want it woken by the message (its next look comes 5 s after the last)", what, took)
 		}
 	}
-	handOff("before the migration", 2*time.Second)
-	lockKey := redisName(key, "lock")
-	first, err := cl.MasterOf(ctx, lockKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 
-	// The slot moves while the channel is still subscribed (its linger after the last wait).
-	m := startSlotMigration(t, ctx, cl, lockKey)
-	m.finish(ctx)
+	// The slot moves while the channel is still subscribed (its linger after the last wait):
+	// the node that gives the slot away ends the subscription, and the waiter's subscriber
+	// drops the connection. A machine that stalls past the linger (1 s) ends the subscription
+	// first, which is the idle case below: that attempt is run again, on a new key.
+	const attempts = 5
+	var lockKey string
+	var first *redistest.Server
+	for attempt := 1; ; attempt++ {
+		key = uniqueKey(t)
+		handOff("before the migration", 2*time.Second)
+		lockKey = redisName(key, "lock")
+		var err error
+		if first, err = cl.MasterOf(ctx, lockKey); err != nil {
+			t.Fatal(err)
+		}
+		fate := dlock.SubscriptionEnded // the linger ended before the migration began
+		if watch, ok := dlock.WatchSubscription(waiter, key); ok {
+			m := startSlotMigration(t, ctx, cl, lockKey)
+			m.finish(ctx)
+			fate = subscriptionFate(t, ctx, watch)
+		}
+		if fate == dlock.SubscriptionLost {
+			break
+		}
+		if attempt == attempts {
+			t.Fatalf("in %d attempts, the channel's linger always ended before the slot moved: the "+
+				"migration of a slot whose channel is still subscribed was never tested", attempts)
+		}
+		t.Logf("attempt %d: the channel's linger ended before the slot moved: not the case, again", attempt)
+	}
 	handOff("after the slot moved, the subscription lingering", 2*time.Second)
 
 	// The slot moves while the connection is idle: no channel subscribed, so no sign of the
 	// move reaches it, and the next SSUBSCRIBE on it goes unconfirmed (MOVED).
 	waitShardChannel(t, ctx, rdb, key, false) // past the linger: unsubscribed on every node
 	// On to the third master: the connection of the waits before is bound to neither.
-	m = startSlotMigration(t, ctx, cl, lockKey, first.Addr())
+	m := startSlotMigration(t, ctx, cl, lockKey, first.Addr())
 	m.finish(ctx)
 	handOff("after the slot moved again, the connection idle", 2*time.Second)
 	handOff("the wait after that", 2*time.Second)
+}
+
+// subscriptionFate waits until the subscription watch follows (see dlock.WatchSubscription)
+// is no longer held, and returns what became of it. It fails the test when ctx ends first.
+func subscriptionFate(t *testing.T, ctx context.Context, watch func() dlock.SubscriptionFate) dlock.SubscriptionFate {
+	t.Helper()
+	for {
+		if fate := watch(); fate != dlock.SubscriptionHeld {
+			return fate
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the subscription was neither ended by Redis nor after its linger")
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // handOffTime: the holder takes key, the waiter waits for it, the holder releases it once the

@@ -66,7 +66,15 @@ func TestKeyNamesMadeOncePerAcquisition(t *testing.T) {
 	if err := holder.Refresh(ctx, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // at least one watchdog renewal
+	renewals := func() int {
+		spy.mu.Lock()
+		defer spy.mu.Unlock()
+		return len(spy.seen["renew"])
+	}
+	// At least one watchdog renewal after the Refresh (whose own renewal is counted already).
+	if refreshed := renewals(); !waitFor(10*time.Second, func() bool { return renewals() > refreshed }) {
+		t.Fatal("no watchdog renewal after the Refresh")
+	}
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

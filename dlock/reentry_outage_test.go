@@ -18,6 +18,8 @@ import (
 // lease ends as released (not lost), and another Client can take the key.
 func TestFailedInnerReleaseDoesNotKeepTheKey(t *testing.T) {
 	srv, rdb, c := setup(t)
+	looks := newLookCounter() // counts the inner release's calls, the background ones included
+	rdb.AddHook(looks)
 	ctx := testContext(t, 30*time.Second)
 	if err := rdb.Do(ctx, "ACL", "SETUSER", "admin", "on", ">pw", "+@all", "~*", "&*").Err(); err != nil {
 		t.Fatal(err)
@@ -44,10 +46,13 @@ func TestFailedInnerReleaseDoesNotKeepTheKey(t *testing.T) {
 		t.Fatalf("re-entry: %v", err)
 	}
 	refuseScripts(true)
-	if err := inner.Release(ctx); !errors.Is(err, dlock.ErrUnavailable) {
+	if err := inner.Release(markLooks(ctx)); !errors.Is(err, dlock.ErrUnavailable) {
 		t.Fatalf("inner release while Redis refuses: %v, want ErrUnavailable", err)
 	}
-	time.Sleep(100 * time.Millisecond) // the background removal of the hold fails meanwhile
+	// The background removal of the hold is refused too (its calls carry the release's
+	// context) before Redis recovers.
+	_, released := looks.counts()
+	looks.wait(t, ctx, "a background removal of the inner hold refused", func(_, answered int) bool { return answered > released })
 	refuseScripts(false)
 	if err := outer.Release(ctx); err != nil {
 		t.Fatalf("outer release: %v", err)

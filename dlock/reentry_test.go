@@ -204,7 +204,7 @@ func TestCompleteAndSkipCompleted(t *testing.T) {
 // A queued waiter that skips completed work must not be handed a lock whose work was
 // completed while it waited.
 func TestCompletedWhileWaiting(t *testing.T) {
-	_, _, c := setup(t)
+	_, rdb, c := setup(t)
 	ctx := testContext(t, 10*time.Second)
 	key := uniqueKey(t)
 	lk, err := c.Acquire(ctx, key, dlock.SkipCompleted())
@@ -219,7 +219,7 @@ func TestCompletedWhileWaiting(t *testing.T) {
 		}
 		res <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	waitQueued(t, rdb, ctx, key) // the waiter is in line when the work is completed
 	if err := lk.Complete(ctx, []byte("done"), time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func TestRefreshAfterCloseDoesNotCross(t *testing.T) {
 	if n := held.crossing.Load(); n != 0 {
 		t.Errorf("%d renewal(s) sent while an earlier Refresh's call was still on its way (second Refresh: %v)", n, err2)
 	}
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond) // a deliberate window: past the late 300 ms lease in Redis
 	if lk.Err() == nil {
 		if lk2, err := other.TryAcquire(ctx, key); err == nil {
 			_ = lk2.Release(ctx)

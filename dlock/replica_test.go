@@ -42,7 +42,7 @@ func TestReplicaAck(t *testing.T) {
 
 	// A hand-off is confirmed on the replica before the waiter gets the lock.
 	got := acquireAsync(t, c, ctx, key)
-	time.Sleep(100 * time.Millisecond)
+	waitQueued(t, rdb, ctx, key) // in line: the release hands it the lock
 	_ = lk.Release(ctx)
 	l2 := <-got
 	if l2 == nil {

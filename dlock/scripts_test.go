@@ -323,7 +323,7 @@ func TestScriptGoneRecordOnlyLengthened(t *testing.T) {
 	if pttl := rig.rdb.PTTL(context.Background(), rig.keys[0]).Val(); pttl < 50*time.Second {
 		t.Fatalf("the record's hash has TTL %v after the shorter leave, want gone-long's minute", pttl)
 	}
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(250 * time.Millisecond) // a deliberate window: past gone-short's 100 ms
 	if res := rig.acquire("gone-long", false); res.status != statusBusy {
 		t.Fatalf("late look of gone-long after gone-short's ttl: %+v, want busy", res)
 	}

@@ -54,7 +54,7 @@ func TestAcquireAnsweredPastItsLease(t *testing.T) {
 				}
 				got <- r
 			}()
-			time.Sleep(lease + 300*time.Millisecond)
+			time.Sleep(lease + 300*time.Millisecond) // a deliberate window: Redis stopped past the lease
 			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}

@@ -52,7 +52,11 @@ func TestOldConfirmationDoesNotReadyNewSubscription(t *testing.T) {
 	if err == nil {
 		t.Fatal("first listen returned while its dial is held")
 	}
-	time.Sleep(linger + 500*time.Millisecond) // the unsubscribe is queued behind the subscribe
+	// The linger runs out with the subscribe still unsent: were the subscription ended then,
+	// the unsubscribe would be queued behind the subscribe.
+	if !waitFor(linger+5*time.Second, lingerRanOut(t, s, ch)) {
+		t.Fatal("the first listener's linger never ran out")
+	}
 
 	type result struct {
 		l   listener
@@ -163,7 +167,10 @@ func TestLateConfirmationKeepsSubscription(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	l.Close() // the waiter gave up
-	time.Sleep(linger + 300*time.Millisecond)
+	// Its linger runs out while Redis is still paused: the confirmation is on the way.
+	if !waitFor(linger+5*time.Second, lingerRanOut(t, s, ch)) {
+		t.Fatal("the linger never ran out")
+	}
 
 	l2, err := s.listen(ctx, ch, 0, "b")
 	if err != nil {
@@ -189,5 +196,28 @@ func TestLateConfirmationKeepsSubscription(t *testing.T) {
 	if subs.Load() != 1 || unsubs.Load() != 0 {
 		t.Errorf("SUBSCRIBE of %s sent %d times and UNSUBSCRIBE %d times, want 1 and 0: the subscription was ended while its confirmation was on the way",
 			ch, subs.Load(), unsubs.Load())
+	}
+}
+
+// lingerRanOut returns a func that reports whether the linger pending now on channel's
+// subscription (on the connection of slot 0) has run out since: the subscriber then either
+// ended the subscription or kept it and set a linger again (its confirmation still to come).
+func lingerRanOut(t *testing.T, s *subscriber, channel string) func() bool {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conn := s.conns[0]
+	var cs *chanState
+	if conn != nil {
+		cs = conn.chans[channel]
+	}
+	if cs == nil || cs.linger == nil {
+		t.Fatalf("%s: no linger pending", channel)
+	}
+	timer := cs.linger
+	return func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return conn.dropped || conn.chans[channel] != cs || cs.linger != timer
 	}
 }

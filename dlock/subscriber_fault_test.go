@@ -454,6 +454,8 @@ func TestLateConfirmationKeepsConnection(t *testing.T) {
 	}); msg != "" {
 		t.Fatal(msg)
 	}
+	wait := testContext(t, 10*time.Second)
+	waitChannel(t, wait, rdbA, "k", false) // Redis took the UNSUBSCRIBE: a subscriber of k now is the new one
 	got := make(chan error, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -475,7 +477,10 @@ func TestLateConfirmationKeepsConnection(t *testing.T) {
 	}); msg != "" {
 		t.Fatal(msg)
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Redis took the new SUBSCRIBE, and the waiter is in line: the release hands it the lock
+	// with a message on k.
+	waitChannel(t, wait, rdbA, "k", true)
+	waitQueued(t, rdbA, wait, "k")
 	d.holdReads.Store(false)
 	// The second waiter gets the lock from the release's message, which Redis sends after
 	// the answers held back: the subscriber has read them all by then.

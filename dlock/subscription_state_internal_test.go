@@ -36,3 +36,47 @@ func SubscriptionOf(c *Client, key string) SubscriptionState {
 	st.Unconfirmed = len(conn.sent[ch])
 	return st
 }
+
+// SubscriptionFate is what became of a subscription taken by WatchSubscription.
+type SubscriptionFate int
+
+const (
+	// SubscriptionHeld: it is still the channel's subscription on its connection.
+	SubscriptionHeld SubscriptionFate = iota
+	// SubscriptionLost: Redis ended it (a Cluster node giving the slot away) or its
+	// connection was lost: the connection was dropped and its listeners told to listen anew.
+	SubscriptionLost
+	// SubscriptionEnded: this process ended it (unsubscribed after its linger, or its
+	// connection closed as idle or at Close).
+	SubscriptionEnded
+)
+
+// WatchSubscription takes the subscription c's subscriber holds now for key's hand-off
+// channel and returns a func that says what has become of it since; ok is false when there
+// is none.
+func WatchSubscription(c *Client, key string) (fate func() SubscriptionFate, ok bool) {
+	b, isRedis := c.be.(*redisBackend)
+	if !isRedis {
+		panic("WatchSubscription: the Client's store is not Redis")
+	}
+	ch, slot := b.channel(key)
+	s := b.subs
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	conn := s.conns[slot]
+	if conn == nil || conn.chans[ch] == nil {
+		return nil, false
+	}
+	cs := conn.chans[ch]
+	return func() SubscriptionFate {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch {
+		case isClosed(cs.gone):
+			return SubscriptionLost
+		case conn.dropped || conn.chans[ch] != cs:
+			return SubscriptionEnded
+		}
+		return SubscriptionHeld
+	}, true
+}

@@ -50,7 +50,7 @@ func TestTelemetryHoldAndLostByEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = inner.Release(ctx)
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // a deliberate window: a hold of 50 ms at least, as checked below
 	if err := lk.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

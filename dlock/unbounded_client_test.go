@@ -63,7 +63,7 @@ func TestUnboundedClientLocksNormally(t *testing.T) {
 				w, err := c.Acquire(ctx, key)
 				waiter <- result{w, err}
 			}()
-			time.Sleep(300 * time.Millisecond) // in line
+			waitQueued(t, rdb, ctx, key) // in line: the release hands it the lock
 			select {
 			case r := <-waiter:
 				t.Fatalf("waiter got %v, %v while the lock was held", r.lk, r.err)

@@ -101,7 +101,7 @@ func TestStalledProcessProbeIsNotSilentStore(t *testing.T) {
 					t.Fatalf("round %d: precondition: the wait sent no probe; it said %q", round, line)
 				}
 				waitStopped(t, cmd.Process.Pid)
-				time.Sleep(150 * time.Millisecond)
+				time.Sleep(150 * time.Millisecond) // a deliberate window: stopped past the probe's 100 ms bound
 				_ = cmd.Process.Signal(syscall.SIGCONT)
 				line, _ = lines.ReadString('\n')
 				_ = cmd.Wait()
