@@ -15,18 +15,25 @@ type SubscriptionState struct {
 	Unconfirmed int
 }
 
-// SubscriptionOf returns what c's subscriber holds for key's hand-off channel.
-func SubscriptionOf(c *Client, key string) SubscriptionState {
+// channelConn returns c's subscriber, key's hand-off channel and the pub/sub connection
+// that serves it (nil when there is none), read with s.mu held: the caller holds it on
+// return and unlocks it. who names the caller in the panic of a Client not on Redis.
+func channelConn(c *Client, key, who string) (s *subscriber, ch string, conn *psConn) {
 	b, ok := c.be.(*redisBackend)
 	if !ok {
-		panic("SubscriptionOf: the Client's store is not Redis")
+		panic(who + ": the Client's store is not Redis")
 	}
 	ch, slot := b.channel(key)
-	s := b.subs
+	s = b.subs
 	s.mu.Lock()
+	return s, ch, s.conns[slot]
+}
+
+// SubscriptionOf returns what c's subscriber holds for key's hand-off channel.
+func SubscriptionOf(c *Client, key string) SubscriptionState {
+	s, ch, conn := channelConn(c, key, "SubscriptionOf")
 	defer s.mu.Unlock()
 	var st SubscriptionState
-	conn := s.conns[slot]
 	if conn == nil {
 		return st
 	}
@@ -55,15 +62,8 @@ const (
 // channel and returns a func that says what has become of it since; ok is false when there
 // is none.
 func WatchSubscription(c *Client, key string) (fate func() SubscriptionFate, ok bool) {
-	b, isRedis := c.be.(*redisBackend)
-	if !isRedis {
-		panic("WatchSubscription: the Client's store is not Redis")
-	}
-	ch, slot := b.channel(key)
-	s := b.subs
-	s.mu.Lock()
+	s, ch, conn := channelConn(c, key, "WatchSubscription")
 	defer s.mu.Unlock()
-	conn := s.conns[slot]
 	if conn == nil || conn.chans[ch] == nil {
 		return nil, false
 	}
