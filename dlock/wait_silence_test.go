@@ -107,8 +107,34 @@ func clusterSilentNode(t *testing.T, traffic bool) {
 // once closing, calls run without the bound of their context (go-redis without
 // ContextTimeoutEnabled ignores the deadline), so a probe would wait for the client's
 // ReadTimeout.
+//
+// The case needs Close begun before the wait's 300 ms deadline, when its look fails: a
+// machine that stalls past it makes the look fail before Close, and the probe then sent is
+// bounded. Each attempt says whether Close had begun before that deadline (and the wait ended
+// with the store silent); one that had not is run again, and the test fails when none had.
 func TestNoProbeDuringClose(t *testing.T) {
-	srv, _, c := setup(t)
+	const attempts = 5
+	for attempt := 1; attempt <= attempts; attempt++ {
+		if noProbeDuringClose(t) {
+			return
+		}
+		t.Logf("attempt %d: Close had not begun before the wait's deadline, or the look was answered: the case was not reached", attempt)
+	}
+	t.Fatalf("in %d attempts, Close never began before the deadline of a wait whose look Redis left unanswered: "+
+		"a look failing while Close runs was never tested", attempts)
+}
+
+// noProbeDuringClose runs one attempt of TestNoProbeDuringClose on a new server (the one of an
+// attempt before stays paused) and Client, failing the test when the wait took long enough to
+// have sent a probe. It reports whether the case was reached: Close had begun before the
+// wait's deadline, and the wait ended with ErrUnavailable (its look unanswered).
+func noProbeDuringClose(t *testing.T) bool {
+	t.Helper()
+	srv := redistest.Start(t)
+	looks := newLookCounter() // the wait's look (marked by markLooks)
+	rdb := srv.Client(t)
+	rdb.AddHook(looks)
+	c := newClient(t, rdb)
 	ctx := testContext(t, 20*time.Second)
 	key := uniqueKey(t)
 	lk, err := c.TryAcquire(ctx, key)
@@ -120,22 +146,46 @@ func TestNoProbeDuringClose(t *testing.T) {
 	if err := srv.Pause(ctx, 4*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	got := make(chan result, 1)
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(markLooks(ctx), 300*time.Millisecond)
+	defer cancel()
+	deadline, _ := wctx.Deadline()
+	go func() {
+		lk, err := c.Acquire(wctx, key)
+		if err == nil {
+			_ = lk.Release(ctx)
+		}
+		got <- result{err, time.Since(start)}
+	}()
+	// Close once the wait's look is on its way to the paused Redis.
+	looks.wait(t, ctx, "the wait's look sent", func(sent, _ int) bool { return sent >= 1 })
 	closed := make(chan struct{})
 	go func() {
-		time.Sleep(150 * time.Millisecond)
 		_ = c.Close()
 		close(closed)
 	}()
-	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = c.Acquire(wctx, key)
-	cancel()
-	took := time.Since(start)
+	// Seen begun now, not yet past the deadline: Close had begun before the look failed.
+	for !dlock.CloseBegun(c) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("Close never began")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	closedFirst := time.Now().Before(deadline)
+	r := <-got
+	err, took := r.err, r.took
 	<-closed
-	t.Logf("Acquire returned after %v: %v", took, err)
+	t.Logf("Acquire returned after %v: %v (Close begun before its deadline: %v)", took, err, closedFirst)
 	if took > 2*time.Second { // a probe would wait for the client's ReadTimeout (3 s)
 		t.Fatalf("Acquire with a 300ms deadline returned after %v (Close ran meanwhile): it sent a probe", took)
 	}
+	return closedFirst && errors.Is(err, dlock.ErrUnavailable)
 }
 
 // A wait whose context ends between two looks at the lock, with Redis silent since the last
