@@ -53,6 +53,23 @@ func acquireAsync(t testing.TB, c *dlock.Client, ctx context.Context, key string
 	return got
 }
 
+// acquired is the outcome of an Acquire run by acquireOutcome.
+type acquired struct {
+	lk  *dlock.Lock
+	err error
+}
+
+// acquireOutcome runs c.Acquire(ctx, key) in a goroutine; the channel gets its lock and error,
+// for tests that look at the error themselves (acquireAsync reports it to t).
+func acquireOutcome(c *dlock.Client, ctx context.Context, key string) <-chan acquired {
+	got := make(chan acquired, 1)
+	go func() {
+		lk, err := c.Acquire(ctx, key)
+		got <- acquired{lk, err}
+	}()
+	return got
+}
+
 // queueBehind takes key with holder and queues an Acquire of waiter behind it. It returns the
 // held lock and the channel of the waiter's lock (see acquireAsync).
 func queueBehind(t *testing.T, ctx context.Context, rdb *redis.Client, holder, waiter *dlock.Client, key string) (*dlock.Lock, <-chan *dlock.Lock) {

@@ -119,17 +119,9 @@ func TestSlotMigration(t *testing.T) {
 		t.Fatalf("TryAcquire during the migration: %v, want ErrUnavailable", err)
 	}
 
-	type result struct {
-		lk  *dlock.Lock
-		err error
-	}
-	waited := make(chan result, 1)
-	go func() {
-		wctx, cancel := context.WithTimeout(markLooks(ctx), 20*time.Second)
-		defer cancel()
-		l, err := waiter.Acquire(wctx, key)
-		waited <- result{l, err}
-	}()
+	wctx, cancel := context.WithTimeout(markLooks(ctx), 20*time.Second)
+	defer cancel()
+	waited := acquireOutcome(waiter, wctx, key)
 	released := make(chan error, 1)
 	go func() { released <- lk.Release(markLooks(ctx)) }()
 	// The migration ends only once go-redis's own retries of both calls are over: each has
@@ -188,15 +180,7 @@ func TestReentryThroughSlotMigration(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(markLooks(held), 10*time.Second)
 	defer cancel()
-	type result struct {
-		lk  *dlock.Lock
-		err error
-	}
-	reentered := make(chan result, 1)
-	go func() {
-		l, err := holder.Acquire(actx, key)
-		reentered <- result{l, err}
-	}()
+	reentered := acquireOutcome(holder, actx, key)
 	// The migration ends only once go-redis's own retries of the re-entry's call are over: it
 	// has an answer (TRYAGAIN: the slot still migrates), and the Client waits on its own.
 	looks.wait(t, ctx, "the re-entry's call answered", func(_, answered int) bool { return answered >= 1 })

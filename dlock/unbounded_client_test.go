@@ -54,15 +54,7 @@ func TestUnboundedClientLocksNormally(t *testing.T) {
 				t.Fatalf("refresh: %v", err)
 			}
 
-			type result struct {
-				lk  *dlock.Lock
-				err error
-			}
-			waiter := make(chan result, 1)
-			go func() {
-				w, err := c.Acquire(ctx, key)
-				waiter <- result{w, err}
-			}()
+			waiter := acquireOutcome(c, ctx, key)
 			waitQueued(t, rdb, ctx, key) // in line: the release hands it the lock
 			select {
 			case r := <-waiter:
@@ -80,7 +72,7 @@ func TestUnboundedClientLocksNormally(t *testing.T) {
 			if err := lk.Err(); !errors.Is(err, dlock.ErrNotHeld) {
 				t.Fatalf("Err after release = %v, want ErrNotHeld", err)
 			}
-			var r result
+			var r acquired
 			select {
 			case r = <-waiter:
 			case <-time.After(10 * time.Second):

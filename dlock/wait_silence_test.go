@@ -222,15 +222,7 @@ func TestStoreSilentBetweenLooksIsUnavailable(t *testing.T) {
 			// 4 s from a moment after the wait began).
 			wctx, cancel := context.WithTimeout(markLooks(ctx), 3*time.Second)
 			defer cancel()
-			type result struct {
-				lk  *dlock.Lock
-				err error
-			}
-			res := make(chan result, 1)
-			go func() {
-				lk, err := c.Acquire(wctx, key)
-				res <- result{lk, err}
-			}()
+			res := acquireOutcome(c, wctx, key)
 			// The waiter is in line, between looks: subscribed, and looked once more since.
 			waitQueued(t, rdb, ctx, key)
 			waitChannel(t, ctx, rdb, key, true)
